@@ -1,0 +1,140 @@
+// Python bindings of torchtpu._C: the narrow interface between the C++
+// runtime and the Python side (box table, dispatcher, device module).
+#include "allocator.h"
+#include "device.h"
+#include "generator.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace torchtpu {
+
+void register_hooks();
+
+namespace {
+
+py::tuple int_tuple(c10::IntArrayRef values) {
+  py::tuple out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    out[i] = py::int_(values[i]);
+  }
+  return out;
+}
+
+TpuGeneratorImpl* unpack_generator(py::handle generator, int device) {
+  if (generator.is_none()) {
+    return at::check_generator<TpuGeneratorImpl>(
+        default_generator(static_cast<c10::DeviceIndex>(device)));
+  }
+  TORCH_CHECK(
+      THPGenerator_Check(generator.ptr()), "expected a torch.Generator");
+  auto& gen = reinterpret_cast<THPGenerator*>(generator.ptr())->cdata;
+  return at::check_generator<TpuGeneratorImpl>(gen);
+}
+
+}  // namespace
+}  // namespace torchtpu
+
+PYBIND11_MODULE(_C, m) {
+  using namespace torchtpu;
+  m.doc() = "torchtpu C++ runtime: allocator, guard, hooks, generator";
+
+  m.def(
+      "_register_runtime",
+      [](std::function<int()> count_provider,
+         std::function<void(int)> synchronize_hook) {
+        set_device_count_provider(std::move(count_provider));
+        set_synchronize_hook([hook = std::move(synchronize_hook)](
+                                 c10::DeviceIndex device) { hook(device); });
+        register_hooks();
+      },
+      "Install the Python device-count provider and synchronize hook.");
+
+  m.def("_device_count", []() { return int(device_count()); });
+  m.def("_init_error", []() { return init_error(); });
+  m.def("_current_device", []() { return int(current_device()); });
+  m.def("_set_device", [](int device) {
+    check_device_index(static_cast<c10::DeviceIndex>(device));
+    set_current_device(static_cast<c10::DeviceIndex>(device));
+  });
+
+  m.def("_has_storage_events", &has_storage_events);
+  m.def(
+      "_drain_storage_events",
+      []() {
+        py::list out;
+        for (const auto& e : drain_storage_events()) {
+          out.append(py::make_tuple(
+              static_cast<int>(e.kind), e.address, e.new_address, e.nbytes));
+        }
+        return out;
+      },
+      "Storage events since the last drain: (kind, address, new_address, "
+      "nbytes); kind 0 = free, 1 = move.");
+  m.def(
+      "_release_addresses",
+      [](const std::vector<uintptr_t>& addresses) {
+        release_addresses(addresses);
+      },
+      "The boxes of these addresses are gone: the addresses may be reused.");
+
+  m.def(
+      "_tensor_info",
+      [](const at::Tensor& t) {
+        const auto& storage = t.storage();
+        return py::make_tuple(
+            reinterpret_cast<uintptr_t>(storage.data()),
+            storage.nbytes(),
+            int_tuple(t.sizes()),
+            int_tuple(t.strides()),
+            t.storage_offset(),
+            int(t.device().index()));
+      },
+      "(storage address, storage nbytes, sizes, strides, storage offset, "
+      "device index) of a tpu tensor, in one call.");
+
+  m.def(
+      "_is_wrapped_number",
+      [](const at::Tensor& t) {
+        return t.unsafeGetTensorImpl()->is_wrapped_number();
+      },
+      "Whether a CPU scalar tensor came from a Python number (it then "
+      "promotes like a scalar, not like a 0-dim tensor).");
+
+  m.def(
+      "_next_rng",
+      [](py::handle generator, int device, uint64_t increment) {
+        auto* gen = unpack_generator(generator, device);
+        std::lock_guard<std::mutex> lock(gen->mutex_);
+        return gen->next(increment);
+      },
+      "(seed, offset) for one random op from a generator (None: the "
+      "device's default); advances the offset.");
+
+  m.def(
+      "_default_generator",
+      [](int device) {
+        return py::reinterpret_steal<py::object>(
+            THPGenerator_initDefaultGenerator(
+                default_generator(static_cast<c10::DeviceIndex>(device))));
+      },
+      "The default torch.Generator of tpu:device.");
+
+  m.def("_basic_memory_stats", [](int device) {
+    const auto s = basic_stats(static_cast<c10::DeviceIndex>(device));
+    py::dict d;
+    d["allocated_bytes"] = s.allocated_bytes;
+    d["peak_allocated_bytes"] = s.peak_allocated_bytes;
+    d["reserved_bytes"] = s.reserved_bytes;
+    d["peak_reserved_bytes"] = s.peak_reserved_bytes;
+    d["allocations"] = s.allocations;
+    d["peak_allocations"] = s.peak_allocations;
+    d["pending_free_bytes"] = s.pending_free_bytes;
+    return d;
+  });
+}

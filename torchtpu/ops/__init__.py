@@ -1,0 +1,1 @@
+"""Eager execution of aten ops on `tpu`: dispatch, view plans, lowerings."""

@@ -1,0 +1,70 @@
+"""What a lowering may ask about the op it is lowering, beyond its arguments.
+
+The same object is built by the eager dispatcher and by torch.compile, from
+ATen's meta kernels (eager) or the FX node's fake values (compile)."""
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from ..runtime.dtypes import to_jax
+
+_DEFAULT_PROMOTION = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+
+_PRECISION = {
+    "highest": lax.Precision.HIGHEST,
+    "high": lax.Precision.HIGH,
+    "medium": lax.Precision.DEFAULT,
+}
+
+
+def matmul_precision():
+    """XLA precision for float32 matmul/conv from PyTorch's own setting."""
+    return _PRECISION.get(torch.get_float32_matmul_precision(), lax.Precision.HIGHEST)
+
+
+class LoweringContext:
+    __slots__ = ("op", "meta_args", "out_meta", "precision", "_seed", "_offset", "_draws")
+
+    def __init__(self, op, meta_args, out_meta, precision, rng=None):
+        self.op = op
+        self.meta_args = meta_args  # arguments as meta tensors / Python values
+        self.out_meta = out_meta  # flat list of expected outputs (meta tensors)
+        self.precision = precision
+        self._seed, self._offset = rng if rng is not None else (None, None)
+        self._draws = 0
+
+    @property
+    def out_dtype(self):
+        """JAX dtype of the first output, as ATen computes it."""
+        return to_jax(self.out_meta[0].dtype)
+
+    def out_dtype_of(self, i):
+        return to_jax(self.out_meta[i].dtype)
+
+    @property
+    def out_shape(self):
+        return tuple(self.out_meta[0].shape)
+
+    def result_type(self, *indices):
+        """torch's type promotion over some arguments (by position), as a JAX
+        dtype: what `torch.result_type` gives, extended to n arguments."""
+        vals = [self.meta_args[i] for i in indices if self.meta_args[i] is not None]
+        _, dtype = elementwise_dtypes(*vals, type_promotion_kind=_DEFAULT_PROMOTION)
+        return to_jax(dtype)
+
+    def rng_key(self):
+        """A fresh JAX PRNG key for this op, from the generator's (seed, offset).
+
+        Each call within one op gives an independent key."""
+        if self._seed is None:
+            raise RuntimeError(f"{self.op}: lowering asked for randomness but is not marked random")
+        key = jax.random.key(self._seed)
+        offset = self._offset.astype(jnp.uint64)
+        key = jax.random.fold_in(key, (offset & 0xFFFFFFFF).astype(jnp.uint32))
+        key = jax.random.fold_in(key, (offset >> 32).astype(jnp.uint32))
+        key = jax.random.fold_in(key, self._draws)
+        self._draws += 1
+        return key

@@ -1,0 +1,503 @@
+"""The boxed eager dispatcher: one Python entry point for every lowered op.
+
+Per call (the hot path): drain storage events, build a cache key from the
+op, each tensor argument's view geometry and box signature, and the static
+arguments; on a hit, allocate the outputs, run the cached jitted kernel on
+the box arrays and rebind the written boxes.
+
+On a miss (`_build`): ATen's meta kernels give the exact output metadata
+(dtypes with type promotion, shapes, strides, out= resizing); the kernel
+reads every tensor through its view plan, calls the lowering and writes the
+results through write plans, all inside one `jax.jit`.
+"""
+
+import jax
+import numpy as np
+import torch
+
+from .. import _C
+from ..runtime import boxes, devices
+from ..runtime.dtypes import to_jax
+from . import plans
+from .context import LoweringContext, matmul_precision
+from .registry import find_lowering
+from .schema import (
+    GENERATOR,
+    OPT_TENSOR,
+    OPT_TENSOR_LIST,
+    SCALAR,
+    SCALAR_LIST,
+    STATIC,
+    TENSOR,
+    TENSOR_LIST,
+    schema_of,
+)
+
+_tensor_info = _C._tensor_info
+_is_wrapped = _C._is_wrapped_number
+_next_rng = _C._next_rng
+_drain = boxes.drain
+_boxes = boxes.boxes
+
+# Key -> _Kernel.  Counted so tests and benchmarks can see compilations.
+_cache: dict = {}
+stats = {"calls": 0, "compiles": 0}
+
+
+class Unsupported(Exception):
+    """The generic path cannot run this call (no meta kernel, data-dependent
+    output shape, ...); the caller falls back."""
+
+
+def device_mismatch(a, b):
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!"
+    )
+
+
+# ------------------------------------------------------------ per call
+
+
+class _Call:
+    """Runtime data gathered while building the key of one call."""
+
+    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "device", "generator")
+
+    def __init__(self):
+        self.addresses = []  # slot -> storage address
+        self.slot_of = {}  # address -> slot
+        self.entries = []  # slot -> box entry (array, sig) or None
+        self.dyn = []  # traced non-array inputs, in argument order
+        self.infos = {}  # id(tensor) -> _tensor_info
+        self.device = None
+        self.generator = None
+
+    def tensor_key(self, t):
+        if not isinstance(t, torch.Tensor):
+            # A wrapped number (`x + 2`) reaches Python kernels as a number.
+            self.dyn.append(t)
+            return type(t)
+        if t.is_cpu:
+            if t.dim() != 0:
+                raise device_mismatch(f"tpu:{self.device or 0}", "cpu")
+            dtype = t.dtype
+            self.dyn.append(np.asarray(t.item(), dtype=to_jax(dtype)))
+            return ("cpu", dtype, _is_wrapped(t))
+        if t.device.type != "tpu":
+            raise device_mismatch(f"tpu:{self.device or 0}", t.device)
+        info = _tensor_info(t)
+        address, nbytes, sizes, strides, offset, device = info
+        if self.device is None:
+            self.device = device
+        elif device != self.device:
+            raise device_mismatch(f"tpu:{self.device}", f"tpu:{device}")
+        self.infos[id(t)] = info
+        slot = self.slot_of.get(address)
+        if slot is None:
+            slot = self.slot_of[address] = len(self.addresses)
+            self.addresses.append(address)
+            self.entries.append(_boxes.get(address) if address else None)
+        entry = self.entries[slot]
+        return (sizes, strides, offset, t.dtype, slot, entry[1] if entry is not None else None, nbytes)
+
+    def key(self, sch, values, static):
+        parts = [sch.op]
+        kinds = sch.kinds
+        for i, v in enumerate(values):
+            kind = kinds[i]
+            if kind is TENSOR or kind is OPT_TENSOR:
+                parts.append(None if v is None else self.tensor_key(v))
+            elif kind is SCALAR:
+                if v is None or i in static:
+                    parts.append(v)
+                else:
+                    parts.append(type(v))
+                    self.dyn.append(v)
+            elif kind is STATIC:
+                parts.append(tuple(v) if isinstance(v, list) else v)
+            elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
+                parts.append(None if v is None else tuple(None if t is None else self.tensor_key(t) for t in v))
+            elif kind is SCALAR_LIST:
+                parts.append(tuple(type(s) for s in v))
+                self.dyn.extend(v)
+            elif kind is GENERATOR:
+                self.generator = v
+                parts.append(None)
+        if self.device is None:
+            self.device = _C._current_device()
+            parts.append(("device", self.device))
+        return tuple(parts)
+
+
+class OpEntry:
+    """An overload's schema, lowering and baked-in Scalar positions."""
+
+    __slots__ = ("schema", "lowering", "static")
+
+    def __init__(self, op):
+        self.schema = schema_of(op)
+        self.lowering = find_lowering(op)
+        names = self.lowering.static if self.lowering is not None else ()
+        self.static = frozenset(self.schema.name_to_index[n] for n in names)
+
+
+_entries: dict = {}
+
+
+def entry_of(op) -> OpEntry:
+    e = _entries.get(op)
+    if e is None:
+        e = _entries[op] = OpEntry(op)
+    return e
+
+
+# ------------------------------------------------------------- kernels
+
+
+class _Kernel:
+    """A compiled kernel and how to wire one call to it."""
+
+    __slots__ = (
+        "jitted",
+        "input_slots",
+        "random",
+        "fresh",  # [(sizes, strides, dtype)] outputs to allocate
+        "resized",  # [(arg position, sizes, strides)] out= args to resize first
+        "writes",  # [("fresh", k) | ("slot", slot) | ("resized", position)] per kernel output
+        "sigs",  # box signature per kernel output (filled on first run)
+        "returns",  # how to assemble the op's return value
+    )
+
+
+def run(op, args, kwargs):
+    """Entry point for one eager call of a lowered op."""
+    _drain()
+    entry = entry_of(op)
+    sch = entry.schema
+    values = sch.normalize(args, kwargs)
+    call = _Call()
+    key = call.key(sch, values, entry.static)
+    kernel = _cache.get(key)
+    if kernel is None:
+        kernel = _build(entry, values, call)
+        _cache[key] = kernel
+        stats["compiles"] += 1
+    stats["calls"] += 1
+    return _execute(kernel, sch, values, call)
+
+
+def _execute(kernel, sch, values, call):
+    device = torch.device("tpu", call.device)
+    fresh = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in kernel.fresh]
+    resized_addresses = {}
+    for position, sizes, strides in kernel.resized:
+        t = values[position]
+        t.resize_(sizes)
+        if t.stride() != strides:
+            t.as_strided_(sizes, strides)
+        resized_addresses[position] = _tensor_info(t)[0]
+    entries = call.entries
+    flat = [entries[s][0] for s in kernel.input_slots]
+    flat.extend(call.dyn)
+    if kernel.random:
+        seed, offset = _next_rng(call.generator, call.device, 1)
+        flat.append(np.uint64(seed))
+        flat.append(np.uint64(offset))
+    results = kernel.jitted(*flat)
+    if kernel.sigs is None:
+        kernel.sigs = [None if r is None else boxes.signature(tuple(r.shape), np.dtype(r.dtype)) for r in results]
+    addresses = call.addresses
+    bind = _boxes.__setitem__
+    for (kind, ref), result, sig in zip(kernel.writes, results, kernel.sigs):
+        if result is None:
+            continue
+        if kind == "fresh":
+            address = fresh[ref].data_ptr()
+        elif kind == "slot":
+            address = addresses[ref]
+        else:
+            address = resized_addresses[ref]
+        if address:
+            bind(address, (result, sig))
+    return _assemble(kernel.returns, values, fresh)
+
+
+def _assemble(returns, values, fresh):
+    out = []
+    for kind, ref in returns:
+        if kind == "fresh":
+            out.append(fresh[ref])
+        elif kind == "fresh_list":
+            out.append([fresh[k] for k in ref])
+        elif kind == "arg":
+            out.append(values[ref])
+        elif kind == "view":
+            position, sizes, strides, offset = ref
+            out.append(values[position].as_strided(sizes, strides, offset))
+        else:
+            out.append(None)
+    if len(out) == 1:
+        return out[0]
+    if not out:
+        return None
+    return tuple(out)
+
+
+# --------------------------------------------------------- cache misses
+
+
+def _meta_storage(nbytes, cache, address):
+    storage = cache.get(address)
+    if storage is None:
+        storage = cache[address] = torch.UntypedStorage(nbytes, device="meta")
+    return storage
+
+
+def _to_meta(t, call, storages):
+    if not isinstance(t, torch.Tensor) or t.is_cpu:
+        return t
+    address, nbytes, sizes, strides, offset, _ = call.infos[id(t)]
+    m = torch.empty(0, dtype=t.dtype, device="meta")
+    m.set_(_meta_storage(nbytes, storages, address), offset, sizes, strides)
+    return m
+
+
+def _meta_values(sch, values, call):
+    """Arguments as meta tensors that share storage like the real ones do."""
+    storages = {}
+    out = []
+    for kind, v in zip(sch.kinds, values):
+        if v is None:
+            out.append(None)
+        elif kind is TENSOR or kind is OPT_TENSOR:
+            out.append(_to_meta(v, call, storages))
+        elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
+            out.append([None if t is None else _to_meta(t, call, storages) for t in v])
+        elif kind is GENERATOR:
+            out.append(None)
+        else:
+            out.append(v)
+    return out
+
+
+def _lowering_view(meta_values):
+    """Meta values as lowerings see them: wrapped numbers back to Python
+    numbers, so promotion helpers treat them as scalars."""
+    out = []
+    for v in meta_values:
+        if isinstance(v, torch.Tensor) and v.is_cpu and _is_wrapped(v):
+            v = v.item()
+        out.append(v)
+    return out
+
+
+def _flatten_outputs(meta_out, sch):
+    """Meta outputs per schema return, each a tensor, None or list."""
+    if sch.num_returns == 0:
+        return []
+    if sch.num_returns == 1:
+        return [meta_out]
+    return list(meta_out)
+
+
+def _geometry(t):
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def _build(entry, values, call):
+    sch = entry.schema
+    lowering = entry.lowering
+    if lowering is None:
+        raise Unsupported(f"no lowering for {sch.op}")
+
+    meta_values = _meta_values(sch, values, call)
+    margs, mkwargs = sch.split(meta_values)
+    try:
+        meta_out = sch.op(*margs, **mkwargs)
+    except (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
+        raise Unsupported(f"no meta kernel for {sch.op}: {e}") from e
+    except RuntimeError as e:
+        if "data-dependent" in str(e) or "meta" in str(e).lower() and "not implemented" in str(e).lower():
+            raise Unsupported(str(e)) from e
+        raise
+
+    kernel = _Kernel()
+    kernel.random = lowering.random
+    kernel.sigs = None
+    kernel.fresh = []
+    kernel.resized = []
+    kernel.writes = []
+    kernel.returns = []
+
+    # Expected kernel outputs: the op's own (non-aliased) returns, then the
+    # new values of mutated arguments (the functional convention).
+    expected = []  # (meta tensor or None, target)
+    targets = []
+    per_return = _flatten_outputs(meta_out, sch)
+    for r, (alias, m) in enumerate(zip(sch.return_alias, per_return)):
+        if alias is not None:
+            if sch.op._schema.returns[r].alias_info.is_write:
+                kernel.returns.append(("arg", alias))
+            else:
+                kernel.returns.append(("view", (alias,) + _geometry(m)))
+            continue
+        if sch.return_is_list[r]:
+            refs = []
+            for item in m:
+                refs.append(_add_fresh(kernel, item, expected))
+            kernel.returns.append(("fresh_list", refs))
+        elif m is None:
+            kernel.returns.append(("none", None))
+            expected.append((None, None))
+        else:
+            kernel.returns.append(("fresh", _add_fresh(kernel, m, expected)))
+
+    for position in sch.mutated:
+        real = values[position]
+        meta = meta_values[position]
+        if isinstance(real, (list, tuple)):
+            for t, m in zip(real, meta):
+                expected.append((m, _mutation_target(kernel, call, position, t, m, single=False)))
+        else:
+            expected.append((meta, _mutation_target(kernel, call, position, real, meta, single=True)))
+
+    input_slots = [s for s, e in enumerate(call.entries) if e is not None]
+    kernel.input_slots = input_slots
+    readers = _readers(sch, values, call, entry.static)
+    ctx_args = _lowering_view(meta_values)
+    out_meta = [m for m, _ in expected]
+    precision = matmul_precision()
+    n_in = len(input_slots)
+    op = sch.op
+    write_targets = [t for _, t in expected]
+    written_slots = sorted({t[1] for t in write_targets if t is not None and t[0] == "slot"})
+
+    def kernel_fn(*flat):
+        arrays = dict(zip(input_slots, flat[:n_in]))
+        dyn = flat[n_in:]
+        rng = (dyn[-2], dyn[-1]) if lowering.random else None
+        ctx = LoweringContext(op, ctx_args, out_meta, precision, rng)
+        lowered = [read(arrays, dyn) for read in readers]
+        result = lowering.fn(ctx, *lowered)
+        flat_result = _flatten_result(result, len(expected), op)
+        slots = dict(arrays)
+        fresh_out = []
+        for (m, target), value in zip(expected, flat_result):
+            if target is None or m is None:
+                continue
+            value = _conform(value, m, op)
+            sizes, strides, offset = _geometry(m)
+            if target[0] == "fresh" or target[0] == "resized":
+                fresh_out.append(plans.write_view(None, target[2], sizes, strides, offset, value))
+            else:
+                slot = target[1]
+                slots[slot] = plans.write_view(slots.get(slot), target[2], sizes, strides, offset, value)
+        return tuple(fresh_out) + tuple(slots[s] for s in written_slots)
+
+    kernel.writes = [t[:2] for t in write_targets if t is not None and t[0] != "slot"]
+    kernel.writes += [("slot", s) for s in written_slots]
+    kernel.jitted = jax.jit(kernel_fn)
+    return kernel
+
+
+def _add_fresh(kernel, m, expected):
+    k = len(kernel.fresh)
+    sizes, strides, offset = _geometry(m)
+    if offset != 0:
+        raise Unsupported("fresh output with a storage offset")
+    kernel.fresh.append((sizes, strides, m.dtype))
+    nbytes = m.untyped_storage().nbytes()
+    expected.append((m, ("fresh", k, nbytes)))
+    return k
+
+
+def _mutation_target(kernel, call, position, real, meta, single):
+    """Where the new value of a mutated argument goes."""
+    address, nbytes, sizes, strides, offset, _ = call.infos[id(real)]
+    post = _geometry(meta)
+    if post != (sizes, strides, offset) and single:
+        # out= that must resize: resize the real tensor now and on every call.
+        kernel.resized.append((position, post[0], post[1]))
+        real.resize_(post[0])
+        if real.stride() != post[1]:
+            real.as_strided_(post[0], post[1])
+        new_address, new_nbytes = _tensor_info(real)[:2]
+        if new_address != address:
+            return ("resized", position, new_nbytes)
+        nbytes = new_nbytes
+    return ("slot", call.slot_of[address], nbytes)
+
+
+def _readers(sch, values, call, static):
+    """Per argument, a function (arrays, dyn) -> the lowering's argument."""
+    readers = []
+    dyn_index = [0]
+
+    def tensor_reader(t):
+        if not isinstance(t, torch.Tensor) or t.is_cpu:
+            k = dyn_index[0]
+            dyn_index[0] += 1
+            return lambda arrays, dyn: dyn[k]
+        address, nbytes, sizes, strides, offset, _ = call.infos[id(t)]
+        slot = call.slot_of[address]
+        dtype = to_jax(t.dtype)
+        return lambda arrays, dyn: plans.read_view(arrays.get(slot), sizes, strides, offset, dtype)
+
+    for i, (kind, v) in enumerate(zip(sch.kinds, values)):
+        if kind is TENSOR or kind is OPT_TENSOR:
+            readers.append(_const(None) if v is None else tensor_reader(v))
+        elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
+            if v is None:
+                readers.append(_const(None))
+            else:
+                items = [None if t is None else tensor_reader(t) for t in v]
+                readers.append(lambda arrays, dyn, items=items: [None if r is None else r(arrays, dyn) for r in items])
+        elif kind is SCALAR and v is not None and i not in static:
+            k = dyn_index[0]
+            dyn_index[0] += 1
+            readers.append(lambda arrays, dyn, k=k: dyn[k])
+        elif kind is SCALAR_LIST:
+            ks = list(range(dyn_index[0], dyn_index[0] + len(v)))
+            dyn_index[0] += len(v)
+            readers.append(lambda arrays, dyn, ks=ks: [dyn[k] for k in ks])
+        elif kind is GENERATOR:
+            readers.append(_const(None))
+        else:
+            readers.append(_const(v))
+    return readers
+
+
+def _const(v):
+    return lambda arrays, dyn: v
+
+
+def _flatten_result(result, n, op):
+    if isinstance(result, (tuple, list)):
+        flat = []
+        for r in result:
+            if isinstance(r, (tuple, list)):
+                flat.extend(r)
+            else:
+                flat.append(r)
+    else:
+        flat = [result]
+    if len(flat) != n:
+        raise RuntimeError(f"torchtpu: lowering of {op} returned {len(flat)} values, expected {n}")
+    return flat
+
+
+def _conform(value, m, op):
+    """Cast a lowering's result to the dtype ATen says; check its shape."""
+    dtype = to_jax(m.dtype)
+    value = jax.numpy.asarray(value)
+    if value.dtype != dtype:
+        value = value.astype(dtype)
+    shape = tuple(m.shape)
+    if value.shape != shape:
+        try:
+            value = jax.numpy.broadcast_to(value, shape)
+        except ValueError:
+            raise RuntimeError(
+                f"torchtpu: lowering of {op} returned shape {value.shape}, ATen expects {shape}"
+            ) from None
+    return value

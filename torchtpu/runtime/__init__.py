@@ -1,0 +1,1 @@
+"""The runtime under the dispatcher: JAX devices, dtypes and the box table."""

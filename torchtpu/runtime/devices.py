@@ -1,0 +1,69 @@
+"""Which JAX devices back `tpu:0..N-1`.
+
+TORCHTPU_PLATFORM=tpu|gpu|cpu picks the JAX platform (default: the best one
+JAX finds); TORCHTPU_NUM_DEVICES=N makes N host devices on the CPU platform.
+JAX is imported here, on first use, never at `import torch`.
+"""
+
+import os
+import threading
+
+_lock = threading.RLock()
+_devices = None
+_platform = None
+
+
+def _configure_and_list():
+    import jax
+
+    # torch's default integer is int64 and float64 is a real dtype there:
+    # without x64 JAX would silently narrow them.
+    jax.config.update("jax_enable_x64", True)
+    requested = os.environ.get("TORCHTPU_PLATFORM", "").strip().lower() or None
+    if requested == "cuda":
+        requested = "gpu"
+    num = os.environ.get("TORCHTPU_NUM_DEVICES")
+    if num and (requested in (None, "cpu")):
+        jax.config.update("jax_num_cpu_devices", int(num))
+    if requested is None:
+        devices = jax.devices()
+    else:
+        devices = jax.devices(requested)
+    if num and devices and devices[0].platform == "cpu":
+        devices = devices[: int(num)]
+    return devices
+
+
+def init():
+    """Start JAX once and pick the devices; returns the device list."""
+    global _devices, _platform
+    if _devices is not None:
+        return _devices
+    with _lock:
+        if _devices is None:
+            devices = _configure_and_list()
+            _platform = devices[0].platform if devices else None
+            _devices = devices
+    return _devices
+
+
+def count() -> int:
+    return len(init())
+
+
+def jax_device(index: int):
+    devices = init()
+    if not 0 <= index < len(devices):
+        raise RuntimeError(
+            f"Invalid device ordinal tpu:{index} (torchtpu sees {len(devices)} devices)"
+        )
+    return devices[index]
+
+
+def platform() -> str:
+    init()
+    return _platform
+
+
+def index_of(jax_dev) -> int:
+    return init().index(jax_dev)

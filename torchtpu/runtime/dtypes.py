@@ -1,0 +1,76 @@
+"""torch <-> JAX dtype mapping.
+
+Only imported once JAX is needed (first op), never at `import torch`.
+"""
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import torch
+
+TORCH_TO_JAX = {
+    torch.float32: jnp.dtype(jnp.float32),
+    torch.float64: jnp.dtype(jnp.float64),
+    torch.float16: jnp.dtype(jnp.float16),
+    torch.bfloat16: jnp.dtype(jnp.bfloat16),
+    torch.int8: jnp.dtype(jnp.int8),
+    torch.int16: jnp.dtype(jnp.int16),
+    torch.int32: jnp.dtype(jnp.int32),
+    torch.int64: jnp.dtype(jnp.int64),
+    torch.uint8: jnp.dtype(jnp.uint8),
+    torch.uint16: jnp.dtype(jnp.uint16),
+    torch.uint32: jnp.dtype(jnp.uint32),
+    torch.uint64: jnp.dtype(jnp.uint64),
+    torch.bool: jnp.dtype(jnp.bool_),
+    torch.complex64: jnp.dtype(jnp.complex64),
+    torch.complex128: jnp.dtype(jnp.complex128),
+    torch.float8_e4m3fn: jnp.dtype(ml_dtypes.float8_e4m3fn),
+    torch.float8_e5m2: jnp.dtype(ml_dtypes.float8_e5m2),
+    torch.float8_e4m3fnuz: jnp.dtype(ml_dtypes.float8_e4m3fnuz),
+    torch.float8_e5m2fnuz: jnp.dtype(ml_dtypes.float8_e5m2fnuz),
+}
+JAX_TO_TORCH = {v: k for k, v in TORCH_TO_JAX.items()}
+
+# numpy cannot hold these natively: move them through an integer of the same
+# width when crossing the torch <-> numpy boundary.
+_NUMPY_CARRIERS = {
+    torch.bfloat16: torch.int16,
+    torch.float8_e4m3fn: torch.uint8,
+    torch.float8_e5m2: torch.uint8,
+    torch.float8_e4m3fnuz: torch.uint8,
+    torch.float8_e5m2fnuz: torch.uint8,
+}
+
+
+def to_jax(dtype: torch.dtype):
+    try:
+        return TORCH_TO_JAX[dtype]
+    except KeyError:
+        raise TypeError(f"torchtpu: dtype {dtype} is not supported on the tpu device") from None
+
+
+def to_torch(dtype) -> torch.dtype:
+    return JAX_TO_TORCH[jnp.dtype(dtype)]
+
+
+def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's values as a numpy array (any strides; no copy if possible)."""
+    t = t.resolve_conj().resolve_neg()
+    carrier = _NUMPY_CARRIERS.get(t.dtype)
+    if carrier is None:
+        return t.numpy()
+    return t.view(carrier).numpy().view(TORCH_TO_JAX[t.dtype])
+
+
+def numpy_to_torch(a: np.ndarray) -> torch.Tensor:
+    """A numpy array (possibly of an ml_dtypes type) as a CPU tensor."""
+    dtype = JAX_TO_TORCH[a.dtype]
+    a = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes 0-d 1-d
+    carrier = _NUMPY_CARRIERS.get(dtype)
+    if carrier is None:
+        return torch.from_numpy(a)
+    return torch.from_numpy(a.view(TORCH_TO_JAX[carrier])).view(dtype)
+
+
+def itemsize(dtype: torch.dtype) -> int:
+    return dtype.itemsize
