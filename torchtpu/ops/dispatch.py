@@ -364,7 +364,8 @@ def _build(entry, values, call):
     input_slots = [s for s, e in enumerate(call.entries) if e is not None]
     kernel.input_slots = input_slots
     readers = _readers(sch, values, call, entry.static)
-    ctx_args = _lowering_view(meta_values)
+    lowering_positions = sch.lowering_positions
+    ctx_args = [_lowering_view(meta_values)[i] for i in sch.lowering_positions]
     out_meta = [m for m, _ in expected]
     precision = matmul_precision()
     n_in = len(input_slots)
@@ -377,7 +378,7 @@ def _build(entry, values, call):
         dyn = flat[n_in:]
         rng = (dyn[-2], dyn[-1]) if lowering.random else None
         ctx = LoweringContext(op, ctx_args, out_meta, precision, rng)
-        lowered = [read(arrays, dyn) for read in readers]
+        lowered = [readers[i](arrays, dyn) for i in lowering_positions]
         result = lowering.fn(ctx, *lowered)
         flat_result = _flatten_result(result, len(expected), op)
         slots = dict(arrays)

@@ -64,6 +64,7 @@ class OpSchema:
         "has_generator",
         "num_returns",
         "is_view",
+        "lowering_positions",
     )
 
     def __init__(self, op):
@@ -76,6 +77,8 @@ class OpSchema:
         self.kwarg_only = [a.kwarg_only for a in args]
         self.name_to_index = {a.name: i for i, a in enumerate(args)}
         self.mutated = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
+        # A lowering sees the functional signature: out= arguments are not passed.
+        self.lowering_positions = [i for i, a in enumerate(args) if not a.is_out]
         alias_sets = {}
         for i, a in enumerate(args):
             if a.alias_info is not None:

@@ -56,7 +56,7 @@ def from_host(t: torch.Tensor, device: int):
     return jax.device_put(torch_to_numpy(t.detach()), devices.jax_device(device))
 
 
-def _wrap(array, dtype: torch.dtype, device: int) -> torch.Tensor:
+def wrap(array, dtype: torch.dtype, device: int) -> torch.Tensor:
     """A fresh contiguous tpu tensor whose storage is `array`."""
     t = torch.empty(tuple(array.shape), dtype=dtype, device=torch.device("tpu", device))
     if t.numel():
@@ -98,7 +98,7 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
 def _copy_array_into(dst, array, src_dtype):
     if dst.shape == array.shape and dst.dtype == src_dtype and _bind_whole(dst, array):
         return dst
-    tmp = _wrap(array, src_dtype, dst.device.index)
+    tmp = wrap(array, src_dtype, dst.device.index)
     return dispatch.run(aten.copy_.default, (dst, tmp, False), {})
 
 

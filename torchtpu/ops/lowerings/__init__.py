@@ -1,4 +1,4 @@
 """The lowering table, one module per op family.  Importing this package
-fills torchtpu.ops.registry.LOWERINGS."""
+fills torchtpu.ops.registry.LOWERINGS (and special.HANDLERS)."""
 
-from . import elementwise  # noqa: F401
+from . import core  # noqa: F401
