@@ -1,4 +1,23 @@
 """The lowering table, one module per op family.  Importing this package
 fills torchtpu.ops.registry.LOWERINGS (and special.HANDLERS)."""
 
-from . import core  # noqa: F401
+from . import (  # noqa: F401
+    activations,
+    conv,
+    core,
+    creation,
+    data_dependent,
+    dropout,
+    elementwise,
+    embedding,
+    foreach,
+    indexing,
+    linalg,
+    losses,
+    normalization,
+    pooling,
+    random,
+    reductions,
+    shape,
+    sorting,
+)

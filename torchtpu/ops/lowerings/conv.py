@@ -1,0 +1,1 @@
+"""Convolutions (every rank, transposed) and their backward."""

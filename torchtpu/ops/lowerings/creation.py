@@ -1,0 +1,1 @@
+"""Factory ops: arange, full, eye, linspace, scalar_tensor, ..."""

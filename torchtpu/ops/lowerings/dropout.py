@@ -1,0 +1,1 @@
+"""native_dropout and its backward."""

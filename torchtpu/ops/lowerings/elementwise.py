@@ -1,0 +1,1 @@
+"""Pointwise math, comparisons, logical/bitwise ops, where/clamp, with torch's type promotion."""

@@ -1,0 +1,1 @@
+"""embedding and its backward."""

@@ -1,0 +1,1 @@
+"""Loss functions (nll, mse, bce, ...) and their backward ops."""

@@ -1,0 +1,1 @@
+"""Pooling: max/avg (with indices and backward), adaptive."""

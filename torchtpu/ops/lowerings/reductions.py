@@ -1,0 +1,1 @@
+"""Reductions: sum/mean/prod, min/max, arg-reductions, var/std, norms, logsumexp, any/all, softmax family."""

@@ -1,0 +1,1 @@
+"""Shape ops that produce new data: cat, flip, roll, tril/triu, pad, repeat, ..."""

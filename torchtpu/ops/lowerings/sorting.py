@@ -1,0 +1,1 @@
+"""Sorting, top-k and scans (cumsum, cumprod, ...)."""
