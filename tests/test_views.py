@@ -1,0 +1,217 @@
+"""Views and in-place semantics: every case runs the same program on CPU and
+on tpu and compares values *and* view metadata (shape, stride, storage
+offset), including writes that must show through aliases."""
+
+import pytest
+import torch
+
+from utils import TPU, assert_close
+
+
+def _meta(t):
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+
+
+def run_case(program, make_input):
+    """program(x) -> tuple of tensors; compare CPU vs tpu, values and metadata."""
+    x_cpu = make_input()
+    x_tpu = x_cpu.to(TPU)
+    out_cpu = program(x_cpu)
+    out_tpu = program(x_tpu)
+    if not isinstance(out_cpu, tuple):
+        out_cpu, out_tpu = (out_cpu,), (out_tpu,)
+    for c, t in zip(out_cpu, out_tpu):
+        assert _meta(t) == _meta(c)
+        assert_close(t, c)
+    # The input itself, after the program (writes through views land here).
+    assert_close(x_tpu, x_cpu)
+
+
+def arange(*shape, dtype=torch.float32):
+    n = 1
+    for s in shape:
+        n *= s
+    return lambda: torch.arange(n, dtype=torch.float64).reshape(shape).to(dtype)
+
+
+def _setitem(x, index, value):
+    x[index] = value
+    return x
+
+
+CASES = {
+    # reads through views
+    "slice_steps": (lambda x: x[::2, 1::3], arange(6, 7)),
+    "slice_3d_steps": (lambda x: x[1:, ::2, 2:5:2], arange(4, 5, 6)),
+    "select_row": (lambda x: x[2], arange(4, 5)),
+    "select_col": (lambda x: x[:, 3], arange(4, 5)),
+    "transpose": (lambda x: x.t(), arange(3, 5)),
+    "permute": (lambda x: x.permute(2, 0, 1), arange(2, 3, 4)),
+    "transpose_then_slice": (lambda x: x.transpose(0, 2)[1:, :, ::2], arange(3, 4, 5)),
+    "expand": (lambda x: x[:, :1].expand(4, 6), arange(4, 5)),
+    "expand_new_dims": (lambda x: x[0].expand(3, 2, 5), arange(4, 5)),
+    "as_strided_overlap": (lambda x: x.as_strided((4, 3), (1, 1)), arange(10)),
+    "as_strided_offset": (lambda x: x.as_strided((2, 2), (3, 2), 1), arange(10)),
+    "unfold": (lambda x: x.unfold(0, 3, 2), arange(9)),
+    "unfold_2d": (lambda x: x.unfold(1, 2, 1), arange(3, 5)),
+    "diagonal": (lambda x: x.diagonal(), arange(4, 4)),
+    "diagonal_offset": (lambda x: x.diagonal(1), arange(4, 5)),
+    "narrow": (lambda x: x.narrow(1, 1, 3), arange(4, 5)),
+    "view_flat": (lambda x: x.view(-1), arange(4, 5)),
+    "view_of_slice_rows": (lambda x: x[1:3].view(10), arange(4, 5)),
+    "reshape_noncontig_copy": (lambda x: x.t().reshape(-1), arange(3, 4)),
+    "squeeze_unsqueeze": (lambda x: x[:, None, 1:].squeeze(1).unsqueeze(-1), arange(3, 4)),
+    "chunk": (lambda x: x.chunk(3, dim=1), arange(2, 6)),
+    "unbind": (lambda x: x.unbind(1), arange(2, 3)),
+    "movedim": (lambda x: x.movedim(0, -1), arange(2, 3, 4)),
+    "view_dtype_same_width": (lambda x: x.view(torch.int32), arange(3, 4)),
+    "view_dtype_narrower": (lambda x: x.view(torch.uint8), arange(2, 3)),
+    "view_dtype_wider": (lambda x: x.view(torch.int64), arange(2, 4, dtype=torch.int32)),
+    "view_dtype_of_slice": (lambda x: x[1:].view(torch.int16), arange(3, 4)),
+    "contiguous_of_transpose": (lambda x: x.t().contiguous(), arange(3, 4)),
+    "channels_last": (lambda x: x.contiguous(memory_format=torch.channels_last), arange(2, 3, 4, 5)),
+    "clone_preserves_strides": (lambda x: x.permute(0, 2, 3, 1).clone(), arange(2, 3, 4, 5)),
+    # writes through views
+    "setitem_column": (lambda x: _setitem(x, (slice(None), 1), 7.0), arange(3, 4)),
+    "setitem_tensor_row": (lambda x: _setitem(x, 1, torch.full((4,), -1.0, device=x.device)), arange(3, 4)),
+    "setitem_steps_3d": (lambda x: _setitem(x, (slice(1, None), slice(None, None, 2), 1), 5.0), arange(3, 4, 5)),
+    "diagonal_fill": (lambda x: x.diagonal().fill_(9), arange(4, 4)),
+    "diagonal_offset_fill": (lambda x: x.diagonal(-1).fill_(9), arange(4, 5)),
+    "narrow_copy": (lambda x: x.narrow(0, 1, 2).copy_(torch.ones(2, 5, device=x.device)), arange(4, 5)),
+    "copy_broadcast_into_view": (lambda x: x[:, 1:3].copy_(torch.tensor([5.0, 6.0], device=x.device)), arange(4, 5)),
+    "copy_dtype_into_view": (lambda x: x[1].copy_(torch.arange(5, device=x.device)), arange(3, 5)),
+    "zero_strided": (lambda x: x[::2, 1::2].zero_(), arange(5, 6)),
+    "chain_of_three_views": (lambda x: x.t()[1:][:, ::2].fill_(3), arange(5, 6)),
+    "chunk_inplace": (lambda x: x.chunk(2, dim=0)[1].fill_(-2), arange(4, 3)),
+    "unbind_inplace": (lambda x: x.unbind(0)[1].zero_(), arange(3, 4)),
+    "detach_shares": (lambda x: x.detach().fill_(4), arange(2, 3)),
+    "view_dtype_write": (lambda x: x.view(torch.int32)[1].fill_(0x3F800000), arange(3, 2)),
+    "view_dtype_narrow_write": (lambda x: x.view(torch.uint8)[0, :4].zero_(), arange(2, 2)),
+    "as_strided_write": (lambda x: x.as_strided((2, 3), (4, 1), 1).fill_(-1), arange(12)),
+    "unfold_write_nonoverlap": (lambda x: x.unfold(0, 2, 3).fill_(8), arange(9)),
+    "squeeze_write": (lambda x: x[:, 0:1].squeeze(1).fill_(1), arange(3, 4)),
+    "transpose_copy": (lambda x: x.t().copy_(torch.arange(12.0, device=x.device).view(4, 3)), arange(3, 4)),
+    "permute_write_region": (lambda x: x.permute(1, 0, 2)[1].fill_(-3), arange(2, 3, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_view_case(name, no_fallback):
+    program, make_input = CASES[name]
+    run_case(program, make_input)
+
+
+ARITH_CASES = {
+    "transpose_add_": (lambda x: x.t().add_(torch.ones(4, 3, device=x.device)), arange(3, 4)),
+    "permute_mul_": (lambda x: x.permute(1, 0).mul_(2), arange(3, 4)),
+    "slice_add_self_alias": (lambda x: x[1:].add_(x[:-1].clone()), arange(4, 3)),
+    "inplace_on_expand_source": (lambda x: x[:1].expand(3, 4) + x, arange(3, 4)),
+    "relu_inplace_view": (lambda x: torch.relu_(x[:, 1:]), lambda: torch.randn(3, 4)),
+    "out_resize": (lambda x: torch.add(x, 1, out=torch.empty(0, device=x.device)), arange(2, 3)),
+    "out_resize_noncontig_input": (lambda x: torch.mul(x.t(), 2, out=torch.empty(0, device=x.device)), arange(2, 3)),
+    "out_into_view": (lambda x: torch.add(x[0], 1, out=x[1]), arange(2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARITH_CASES))
+def test_view_arith_case(name, no_fallback):
+    program, make_input = ARITH_CASES[name]
+    run_case(program, make_input)
+
+
+def test_data_ptr_stable_under_inplace(no_fallback):
+    x = torch.zeros(4, 5, device=TPU)
+    ptr = x.data_ptr()
+    x.add_(1)
+    x[1:3].mul_(2)
+    x.fill_(3)
+    x.t().zero_()
+    assert x.data_ptr() == ptr
+
+
+def test_storage_shared_between_views():
+    x = torch.zeros(4, 5, device=TPU)
+    v = x[1:, ::2]
+    assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert v._base is x
+    assert torch._C._is_alias_of(v, x)
+    assert not torch._C._is_alias_of(x.clone(), x)
+    d = x.detach()
+    assert torch._C._is_alias_of(d, x)
+    d.fill_(2)
+    assert x.cpu().eq(2).all()
+
+
+def test_storage_offset_and_strides_match_cpu():
+    base_cpu = torch.zeros(6, 7, 8)
+    base_tpu = base_cpu.to(TPU)
+    for f in (
+        lambda x: x[2:, 1::3, 4],
+        lambda x: x.transpose(0, 2)[1:3],
+        lambda x: x.unfold(2, 3, 2)[1],
+        lambda x: x.diagonal(0, 1, 2),
+        lambda x: x.view(42, 8)[5:].t(),
+    ):
+        a, b = f(base_cpu), f(base_tpu)
+        assert (a.shape, a.stride(), a.storage_offset()) == (b.shape, b.stride(), b.storage_offset())
+
+
+def test_resize_grows_and_keeps_data():
+    x = torch.arange(6.0).to(TPU)
+    x.resize_(10)
+    assert torch.equal(x[:6].cpu(), torch.arange(6.0))
+    x.resize_(2, 2)
+    assert torch.equal(x.cpu(), torch.arange(4.0).view(2, 2))
+
+
+def test_storage_resize_keeps_prefix():
+    x = torch.arange(4.0).to(TPU)
+    x.untyped_storage().resize_(32)
+    y = torch.empty(0, device=TPU).set_(x.untyped_storage(), 0, (8,), (1,))
+    assert torch.equal(y[:4].cpu(), torch.arange(4.0))
+
+
+def test_set_shares_storage():
+    x = torch.arange(6.0).to(TPU)
+    y = torch.empty(0, device=TPU)
+    y.set_(x.untyped_storage(), 2, (2, 2), (2, 1))
+    y.fill_(-1)
+    expected = torch.arange(6.0)
+    expected[2:6] = -1
+    assert torch.equal(x.cpu(), expected)
+
+
+def test_set_source_tensor():
+    x = torch.arange(6.0).to(TPU)
+    y = torch.empty(0, device=TPU).set_(x)
+    assert torch._C._is_alias_of(y, x) and y.shape == x.shape
+    y[0] = 42
+    assert x[0].item() == 42
+
+
+def test_write_to_expanded_errors_like_cpu():
+    with pytest.raises(RuntimeError, match="single memory location"):
+        torch.zeros(1, 4).expand(3, 4).add_(1)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        torch.zeros(1, 4, device=TPU).expand(3, 4).add_(1)
+
+
+def test_partial_write_then_read_of_empty():
+    x = torch.empty(3, 4, device=TPU)
+    x[1] = 5
+    assert torch.equal(x[1].cpu(), torch.full((4,), 5.0))
+
+
+def test_empty_strided_odd_layout():
+    x = torch.empty_strided((3, 4), (1, 3), device=TPU)
+    assert x.stride() == (1, 3)
+    x.copy_(torch.arange(12.0).view(3, 4))
+    assert torch.equal(x.cpu(), torch.arange(12.0).view(3, 4))
+    assert torch.equal(x.t().contiguous().cpu(), torch.arange(12.0).view(3, 4).t())
+
+
+def test_zero_size_tensors():
+    x = torch.empty(0, 3, device=TPU)
+    assert x.cpu().shape == (0, 3)
+    y = torch.zeros(4, 0, device=TPU).t()
+    assert y.shape == (0, 4) and y.cpu().numel() == 0
