@@ -12,6 +12,7 @@ from collections import Counter
 import torch
 from torch.utils._pytree import tree_map
 
+from .dispatch import device_mismatch
 from .schema import schema_of
 
 _counts: Counter = Counter()
@@ -41,8 +42,36 @@ def _decomposition(op):
     return decomposition_table.get(op)
 
 
+# Arguments PyTorch lets live on the CPU next to device tensors.
+_CPU_OK_ARGS = frozenset({"indices", "scalars", "steps", "state_steps"})
+
+
+def _check_devices(op, args, kwargs):
+    """Same rule as the lowered path: one tpu device, and CPU tensors only as
+    0-dim scalars (PyTorch's own error otherwise): falling back must not make
+    a wrong program run."""
+    sch = schema_of(op)
+    tpu = set()
+    cpu = False
+    for name, value in zip(sch.names, sch.normalize(args, kwargs)):
+        if name in _CPU_OK_ARGS:
+            continue
+        for x in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(x, torch.Tensor):
+                if x.device.type == "tpu":
+                    tpu.add(x.device)
+                elif x.dim() > 0:
+                    cpu = True
+    if len(tpu) > 1:
+        first, second = sorted(tpu, key=str)[:2]
+        raise device_mismatch(first, second)
+    if tpu and cpu:
+        raise device_mismatch(next(iter(tpu)), "cpu")
+
+
 def handle(op, args, kwargs):
     """Run `op` without a lowering: decomposed if PyTorch can, else on CPU."""
+    _check_devices(op, args, kwargs)
     active = getattr(_local, "decomposing", None)
     if active is None:
         active = _local.decomposing = set()

@@ -1,0 +1,224 @@
+"""The device itself: registration, torch.tpu, transfers in every direction,
+dtypes, printing, RNG state, multi-device, and clear errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchtpu
+from utils import TPU
+
+DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.bfloat16,
+    torch.float16,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+]
+
+
+def test_registration():
+    assert torch._C._get_privateuse1_backend_name() == "tpu"
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() == 2
+    x = torch.empty(2, device="tpu")
+    assert x.is_tpu and x.device == torch.device("tpu", 0)
+    assert torch.nn.Linear(2, 2).tpu().weight.is_tpu
+    assert torch.ones(3).tpu().device.type == "tpu"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_roundtrip_dtypes(dtype):
+    src = (torch.arange(24) % 7 - 3).to(dtype).view(2, 3, 4)
+    back = src.to("tpu").cpu()
+    assert back.dtype == dtype
+    assert torch.equal(back, src)
+
+
+@pytest.mark.parametrize("src_dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dst_dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.bool], ids=str)
+def test_to_dtype_on_device(src_dtype, dst_dtype):
+    src = (torch.arange(12) % 5 - 2).to(src_dtype)
+    assert torch.equal(src.to("tpu").to(dst_dtype).cpu(), src.to(dst_dtype))
+
+
+def test_float_to_int_truncates_like_torch():
+    x = torch.tensor([-2.7, -0.5, 0.5, 2.7, 1e3])
+    assert torch.equal(x.to("tpu").to(torch.int32).cpu(), x.to(torch.int32))
+    assert torch.equal(x.to("tpu").to(torch.bool).cpu(), x.to(torch.bool))
+
+
+def test_noncontiguous_transfers():
+    base = torch.arange(60.0).view(3, 4, 5)
+    src = base.permute(2, 0, 1)[1:, :, ::2]
+    on_tpu = src.to("tpu")
+    assert torch.equal(on_tpu.cpu(), src)
+    # into a non-contiguous tpu destination
+    dst = torch.zeros(5, 3, 4, device="tpu").permute(1, 2, 0)
+    dst.copy_(base)
+    assert torch.equal(dst.cpu(), base)
+    # out of a non-contiguous tpu source into a non-contiguous CPU destination
+    out = torch.zeros(4, 3).t()
+    out.copy_(torch.arange(12.0).view(3, 4).to("tpu"))
+    assert torch.equal(out, torch.arange(12.0).view(3, 4))
+
+
+def test_local_scalar_dense():
+    assert torch.tensor(3.5).to("tpu").item() == 3.5
+    assert torch.tensor(7).to("tpu").item() == 7
+    assert torch.tensor(True).to("tpu").item() is True
+    assert torch.arange(5).to("tpu")[3].item() == 3
+    assert torch.tensor([1.5], dtype=torch.bfloat16).to("tpu").item() == 1.5
+
+
+def test_printing():
+    x = torch.arange(6.0).view(2, 3).to("tpu")
+    text = repr(x)
+    assert "tpu:0" in text and "5." in text
+    assert "True" in repr(torch.tensor([True, False]).to("tpu"))
+
+
+def test_numpy_on_tpu_tensor_raises_with_hint():
+    x = torch.ones(2, device="tpu")
+    with pytest.raises(TypeError, match=r"\.cpu\(\)"):
+        x.numpy()
+
+
+def test_device_mismatch_error_is_pytorchs():
+    a = torch.ones(3, device="tpu")
+    b = torch.ones(3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a.add(b)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.mm(torch.ones(2, 2, device="tpu"), torch.ones(2, 2))
+
+
+def test_cpu_scalar_tensor_mixes_like_cuda():
+    a = torch.ones(3, device="tpu")
+    assert torch.equal((a * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
+
+
+def test_invalid_device_index():
+    with pytest.raises(RuntimeError, match="Invalid device ordinal"):
+        torch.empty(2, device="tpu:7")
+
+
+def test_fallback_error_mode_names_the_op():
+    code = (
+        "import torch, torchtpu\n"
+        "from torchtpu.ops import registry\n"
+        "x = torch.ones(3, device='tpu')\n"
+        "torch.tpu._lazy_init()\n"
+        "registry.LOWERINGS.pop(torch.ops.aten.fill.Scalar, None)\n"
+        "try:\n"
+        "    torch.ops.aten._test_no_lowering = None\n"
+        "    torch.special.zeta(x, x)\n"
+        "except NotImplementedError as e:\n"
+        "    print('ERR', e)\n"
+    )
+    env = dict(os.environ, TORCHTPU_CPU_FALLBACK="error", TORCHTPU_PLATFORM="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "ERR" in out.stdout, out.stderr
+    assert "special_zeta" in out.stdout and "TORCHTPU_CPU_FALLBACK" in out.stdout
+
+
+def test_fallback_warns_once_and_counts():
+    torchtpu.reset_fallback_counts()
+    x = torch.rand(4).to("tpu") + 1
+    with pytest.warns(UserWarning, match="special_zeta"):
+        r1 = torch.special.zeta(x, x)
+    r2 = torch.special.zeta(x, x)
+    counts = {k: v for k, v in torchtpu.fallback_counts().items() if "special_zeta" in k}
+    assert list(counts.values()) == [2], counts
+    assert r1.device.type == "tpu" and torch.allclose(r2.cpu(), torch.special.zeta(x.cpu(), x.cpu()))
+
+
+def test_rng_reproducible_and_seed_dependent():
+    torch.manual_seed(123)
+    a = torch.randn(100, device="tpu").cpu()
+    torch.manual_seed(123)
+    b = torch.randn(100, device="tpu").cpu()
+    torch.manual_seed(124)
+    c = torch.randn(100, device="tpu").cpu()
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_rng_state_roundtrip():
+    torch.tpu.manual_seed(7)
+    state = torch.tpu.get_rng_state()
+    a = torch.rand(10, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    b = torch.rand(10, device="tpu").cpu()
+    assert torch.equal(a, b)
+    assert torch.tpu.initial_seed() == 7
+
+
+def test_generator_object():
+    g = torch.Generator(device="tpu")
+    g.manual_seed(5)
+    a = torch.rand(8, device="tpu", generator=g).cpu()
+    g.manual_seed(5)
+    b = torch.rand(8, device="tpu", generator=g).cpu()
+    assert torch.equal(a, b)
+
+
+def test_dropout_reproducible():
+    x = torch.ones(1000, device="tpu")
+    torch.manual_seed(3)
+    a = torch.nn.functional.dropout(x, 0.5).cpu()
+    torch.manual_seed(3)
+    b = torch.nn.functional.dropout(x, 0.5).cpu()
+    torch.manual_seed(4)
+    c = torch.nn.functional.dropout(x, 0.5).cpu()
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_multi_device_compute_and_copy():
+    a = torch.arange(6.0).to("tpu:1")
+    assert a.device == torch.device("tpu", 1)
+    b = a * 2 + 1
+    assert b.device == torch.device("tpu", 1)
+    from torchtpu.ops.transfer import materialize
+    from torchtpu.runtime import devices
+
+    assert materialize(b).devices() == {devices.jax_device(1)}
+    c = b.to("tpu:0")
+    assert c.device == torch.device("tpu", 0)
+    assert materialize(c).devices() == {devices.jax_device(0)}
+    assert torch.equal(c.cpu(), torch.arange(6.0) * 2 + 1)
+    with pytest.raises(RuntimeError, match="same device"):
+        b + c
+
+
+def test_current_device_context():
+    with torch.tpu.device(1):
+        assert torch.tpu.current_device() == 1
+        x = torch.ones(2, device="tpu")
+        assert x.device.index == 1
+    assert torch.tpu.current_device() == 0
+
+
+def test_synchronize_and_memory_basics():
+    before = torch.tpu.memory_allocated()
+    x = torch.ones(1024, 1024, device="tpu")
+    x.add_(1)
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() >= before + 4 * 1024 * 1024
+    assert torch.tpu.max_memory_allocated() >= torch.tpu.memory_allocated()
+    del x
+    assert torch.tpu.memory_allocated() == before
+
+
+def test_import_torch_is_cheap_and_autoloads():
+    code = "import sys, torch; print('tpu' in dir(torch), 'jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "False"], out.stderr
