@@ -56,7 +56,3 @@ def kernel_cache_stats() -> dict:
     from .ops import dispatch
 
     return dict(dispatch.stats, cached=len(dispatch._cache))
-
-
-def _autoload():
-    """Entry point of the `torch.backends` group: `import torch` imports us."""

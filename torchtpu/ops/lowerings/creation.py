@@ -1,1 +1,162 @@
-"""Factory ops: arange, full, eye, linspace, scalar_tensor, ..."""
+"""Factory ops: arange, full, eye, linspace, scalar_tensor, ...
+
+Most `*_like`/`zeros`/`ones`/`full` factories are CompositeExplicit in ATen and
+reach the backend as `empty` + `fill_`, which already runs on the device; the
+lowerings here are for the factories whose values are computed.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ..registry import lower
+
+aten = torch.ops.aten
+
+
+def _is_float(dtype):
+    return jnp.issubdtype(dtype, jnp.inexact)
+
+
+def _acc_dtype(dtype):
+    """The type ATen's CPU kernels compute factories in (acc_type<T, false>)."""
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return jnp.complex128
+    if _is_float(dtype):
+        return jnp.float64
+    return jnp.int64
+
+
+def _iota(n, dtype):
+    return lax.iota(dtype, n)
+
+
+# arange's length depends on the values of start/end/step, so they are part of
+# the kernel key (a traced Scalar would reuse a kernel of the wrong length).
+@lower(aten.arange.default, aten.arange.out, static=("end",))
+def arange_end(ctx, end, *rest):
+    return _arange(ctx, 0, 1)
+
+
+@lower(aten.arange.start, static=("start", "end"))
+def arange_start(ctx, start, end, *rest):
+    return _arange(ctx, start, 1)
+
+
+@lower(aten.arange.start_step, aten.arange.start_out, static=("start", "end", "step"))
+def arange_start_step(ctx, start, end, step=1, *rest):
+    return _arange(ctx, start, step)
+
+
+def _arange(ctx, start, step):
+    dtype = ctx.out_dtype
+    (n,) = ctx.out_shape
+    acc = _acc_dtype(dtype)
+    if not _is_float(acc):
+        # ATen converts start/step to the integer accumulation type first.
+        start, step = int(start), int(step)
+    idx = _iota(n, acc)
+    return (jnp.asarray(start, acc) + jnp.asarray(step, acc) * idx).astype(dtype)
+
+
+@lower(aten.linspace.default, aten.linspace.out)
+def linspace(ctx, start, end, steps, *rest):
+    return _linspace(ctx.out_dtype, start, end, steps)
+
+
+def _linspace(dtype, start, end, steps):
+    """ATen's linspace kernel: the first half counts up from start, the second
+    half down from end (symmetric rounding).  Floating outputs compute in their
+    own type (bf16/f16 through float32), integer outputs with a double step and
+    truncation."""
+    if steps == 0:
+        return jnp.zeros((0,), dtype)
+    if _is_float(dtype):
+        compute = dtype if jnp.dtype(dtype).itemsize >= 4 else jnp.float32
+        s = jnp.asarray(start).astype(dtype).astype(compute)
+        e = jnp.asarray(end).astype(dtype).astype(compute)
+    else:
+        compute = jnp.float64
+        s = jnp.asarray(start).astype(jnp.int64).astype(compute)
+        e = jnp.asarray(end).astype(jnp.int64).astype(compute)
+    if steps == 1:
+        return jnp.reshape(s, (1,)).astype(dtype)
+    idx = _iota(steps, compute)
+    step = (e - s) / (steps - 1)
+    up = s + step * idx
+    down = e - step * (steps - 1 - idx)
+    val = jnp.where(idx < steps // 2, up, down)
+    if not _is_float(dtype):
+        val = jnp.trunc(val)
+    return val.astype(dtype)
+
+
+@lower(aten.logspace.default, aten.logspace.out)
+def logspace(ctx, start, end, steps, base=10.0, *rest):
+    """pow(base, exponent) in double, exponents as in linspace (the step is
+    rounded to the output type for floating outputs, as ATen does)."""
+    dtype = ctx.out_dtype
+    if steps == 0:
+        return jnp.zeros((0,), dtype)
+    s = jnp.asarray(start).astype(jnp.float64)
+    e = jnp.asarray(end).astype(jnp.float64)
+    if steps == 1:
+        return jnp.reshape(jnp.power(jnp.float64(base), s), (1,)).astype(dtype)
+    step = (e - s) / (steps - 1)
+    if _is_float(dtype):
+        step = step.astype(dtype).astype(jnp.float64)
+    idx = _iota(steps, jnp.float64)
+    exps = jnp.where(idx < steps // 2, s + step * idx, e - step * (steps - 1 - idx))
+    val = jnp.power(jnp.float64(base), exps)
+    if not _is_float(dtype):
+        val = jnp.trunc(val)
+    return val.astype(dtype)
+
+
+@lower(aten.eye.default, aten.eye.out)
+def eye(ctx, n, *rest):
+    return jnp.eye(n, n, dtype=ctx.out_dtype)
+
+
+@lower(aten.eye.m, aten.eye.m_out)
+def eye_m(ctx, n, m, *rest):
+    return jnp.eye(n, m, dtype=ctx.out_dtype)
+
+
+@lower(aten.scalar_tensor.default, aten.scalar_tensor.out)
+def scalar_tensor(ctx, s, *rest):
+    return jnp.asarray(s).astype(ctx.out_dtype)
+
+
+@lower(aten.full.default, aten.full.out)
+def full(ctx, size, fill_value, *rest):
+    return jnp.full(tuple(size), jnp.asarray(fill_value).astype(ctx.out_dtype))
+
+
+@lower(aten.zeros.default, aten.zeros.out)
+def zeros(ctx, size, *rest):
+    return jnp.zeros(tuple(size), ctx.out_dtype)
+
+
+@lower(aten.ones.default, aten.ones.out)
+def ones(ctx, size, *rest):
+    return jnp.ones(tuple(size), ctx.out_dtype)
+
+
+def _tri_indices(row, col, offset, lower_part):
+    """Host-computed (row, col) coordinates of the lower/upper triangle, in
+    row-major order (the sizes are static, so this is a constant)."""
+    r, c = np.meshgrid(np.arange(row), np.arange(col), indexing="ij")
+    mask = (c - r <= offset) if lower_part else (c - r >= offset)
+    return np.stack([r[mask], c[mask]])
+
+
+@lower(aten.tril_indices.default, aten.tril_indices.out)
+def tril_indices(ctx, row, col, offset=0, *rest):
+    return jnp.asarray(_tri_indices(row, col, offset, True)).astype(ctx.out_dtype)
+
+
+@lower(aten.triu_indices.default, aten.triu_indices.out)
+def triu_indices(ctx, row, col, offset=0, *rest):
+    return jnp.asarray(_tri_indices(row, col, offset, False)).astype(ctx.out_dtype)

@@ -1,1 +1,466 @@
-"""Reductions: sum/mean/prod, min/max, arg-reductions, var/std, norms, logsumexp, any/all, softmax family."""
+"""Reductions: sum/mean/prod, min/max, arg-reductions, var/std, norms, logsumexp, any/all, softmax family.
+
+Conventions shared by every lowering here:
+- `dim` lists are normalised by `_axes`: None or [] means every dimension
+  (except for `any.dims`/`all.dims`, where [] means none), negative dims wrap,
+  and a 0-d tensor accepts dim 0 / -1 but has nothing to reduce.
+- bfloat16/float16 accumulate in float32 (as ATen's CPU kernels do) and the
+  result is cast back to ATen's output dtype (the dispatcher checks it).
+- Index-returning reductions follow torch: the first occurrence wins, and a
+  NaN counts as larger (max) / smaller (min) than every number.
+"""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from ..registry import lower
+
+aten = torch.ops.aten
+
+_REDUCED = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _acc(dtype):
+    """Accumulation dtype for `dtype` (float32 for the 16-bit floats)."""
+    dtype = jnp.dtype(dtype)
+    return jnp.dtype(jnp.float32) if dtype in _REDUCED else dtype
+
+
+def _is_float(dtype):
+    return jnp.issubdtype(dtype, jnp.floating)
+
+
+def _is_complex(dtype):
+    return jnp.issubdtype(dtype, jnp.complexfloating)
+
+
+def _wrap(d, ndim):
+    return d % max(ndim, 1)
+
+
+def _axes(dim, ndim, empty_means_all=True):
+    """Reduced axes as a sorted tuple."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    if len(dim) == 0:
+        return tuple(range(ndim)) if empty_means_all else ()
+    if ndim == 0:
+        return ()
+    return tuple(sorted({_wrap(d, ndim) for d in dim}))
+
+
+def _numel(shape, axes):
+    return int(np.prod([shape[a] for a in axes], dtype=np.int64)) if axes else 1
+
+
+def _sum(x, axes, keepdim, out_dtype):
+    """torch.sum semantics: cast to the output dtype, accumulate (in float32
+    for the 16-bit floats), cast back."""
+    x = x.astype(out_dtype)
+    return jnp.sum(x.astype(_acc(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
+
+
+def _as_1d(x):
+    """0-d tensors reduce along their single implicit dim of size 1."""
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+def _arg_extreme(x, axis, largest):
+    """First index of the max (min) along `axis`, NaN winning."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.int8)
+    return jnp.argmax(x, axis=axis) if largest else jnp.argmin(x, axis=axis)
+
+
+def _extreme(x, axes, keepdim, largest):
+    if x.dtype == jnp.bool_:
+        return (jnp.any if largest else jnp.all)(x, axis=axes, keepdims=keepdim)
+    return (jnp.max if largest else jnp.min)(x, axis=axes, keepdims=keepdim)
+
+
+# ---------------------------------------------------------------- sum / mean / prod
+
+
+@lower(aten.sum.default)
+def sum_all(ctx, self, dtype=None):
+    return _sum(self, tuple(range(self.ndim)), False, ctx.out_dtype)
+
+
+@lower(aten.sum.dim_IntList)
+def sum_dim(ctx, self, dim, keepdim=False, dtype=None):
+    return _sum(self, _axes(dim, self.ndim), keepdim, ctx.out_dtype)
+
+
+@lower(aten.nansum.default)
+def nansum(ctx, self, dim=None, keepdim=False, dtype=None):
+    if _is_float(self.dtype) or _is_complex(self.dtype):
+        self = jnp.where(jnp.isnan(self), jnp.zeros((), self.dtype), self)
+    return _sum(self, _axes(dim, self.ndim), keepdim, ctx.out_dtype)
+
+
+def _mean(ctx, self, axes, keepdim):
+    out = ctx.out_dtype
+    acc = _acc(out)
+    n = _numel(self.shape, axes)
+    s = jnp.sum(self.astype(out).astype(acc), axis=axes, keepdims=keepdim)
+    return (s / jnp.asarray(n, acc)).astype(out)
+
+
+@lower(aten.mean.default)
+def mean_all(ctx, self, dtype=None):
+    return _mean(ctx, self, tuple(range(self.ndim)), False)
+
+
+@lower(aten.mean.dim)
+def mean_dim(ctx, self, dim, keepdim=False, dtype=None):
+    return _mean(ctx, self, _axes(dim, self.ndim), keepdim)
+
+
+def _prod(x, axes, keepdim, out_dtype):
+    x = x.astype(out_dtype)
+    return jnp.prod(x.astype(_acc(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
+
+
+@lower(aten.prod.default)
+def prod_all(ctx, self, dtype=None):
+    return _prod(self, tuple(range(self.ndim)), False, ctx.out_dtype)
+
+
+@lower(aten.prod.dim_int)
+def prod_dim(ctx, self, dim, keepdim=False, dtype=None):
+    return _prod(self, _axes(dim, self.ndim), keepdim, ctx.out_dtype)
+
+
+# ---------------------------------------------------------------- min / max
+
+
+@lower(aten.amax.default)
+def amax(ctx, self, dim=(), keepdim=False):
+    return _extreme(self, _axes(dim, self.ndim), keepdim, True)
+
+
+@lower(aten.amin.default)
+def amin(ctx, self, dim=(), keepdim=False):
+    return _extreme(self, _axes(dim, self.ndim), keepdim, False)
+
+
+@lower(aten.max.default)
+def max_all(ctx, self):
+    return _extreme(self, None, False, True)
+
+
+@lower(aten.min.default)
+def min_all(ctx, self):
+    return _extreme(self, None, False, False)
+
+
+def _value_index(self, dim, keepdim, largest):
+    """(values, indices) of max/min along one dim, torch's tie/NaN rules."""
+    ndim = self.ndim
+    x = _as_1d(self)
+    axis = _wrap(dim, ndim)
+    idx = jnp.expand_dims(_arg_extreme(x, axis, largest), axis)
+    values = jnp.take_along_axis(x, idx, axis=axis)
+    if ndim == 0:
+        return values.reshape(()), idx.reshape(())
+    if not keepdim:
+        values, idx = values.squeeze(axis), idx.squeeze(axis)
+    return values, idx
+
+
+@lower(aten.max.dim)
+def max_dim(ctx, self, dim, keepdim=False):
+    return _value_index(self, dim, keepdim, True)
+
+
+@lower(aten.min.dim)
+def min_dim(ctx, self, dim, keepdim=False):
+    return _value_index(self, dim, keepdim, False)
+
+
+def _arg(ctx, self, dim, keepdim, largest):
+    if dim is None:
+        return _arg_extreme(self.reshape(-1), 0, largest).reshape(ctx.out_shape)
+    return _value_index(self, dim, keepdim, largest)[1]
+
+
+@lower(aten.argmax.default)
+def argmax(ctx, self, dim=None, keepdim=False):
+    return _arg(ctx, self, dim, keepdim, True)
+
+
+@lower(aten.argmin.default)
+def argmin(ctx, self, dim=None, keepdim=False):
+    return _arg(ctx, self, dim, keepdim, False)
+
+
+def _aminmax(self, dim, keepdim):
+    if dim is None:
+        axes = tuple(range(self.ndim))
+        mn, mx = _extreme(self, axes, False, False), _extreme(self, axes, False, True)
+        if keepdim:
+            shape = (1,) * self.ndim
+            mn, mx = mn.reshape(shape), mx.reshape(shape)
+        return mn, mx
+    axes = _axes([dim], self.ndim)
+    return _extreme(self, axes, keepdim, False), _extreme(self, axes, keepdim, True)
+
+
+@lower(aten.aminmax.default)
+def aminmax(ctx, self, dim=None, keepdim=False):
+    return _aminmax(self, dim, keepdim)
+
+
+@lower(aten._aminmax.default)
+def _aminmax_all(ctx, self):
+    return _aminmax(self, None, False)
+
+
+@lower(aten._aminmax.dim)
+def _aminmax_dim(ctx, self, dim, keepdim=False):
+    return _aminmax(self, dim, keepdim)
+
+
+# ---------------------------------------------------------------- var / std
+
+
+def _var_mean(self, dim, correction, keepdim):
+    """(var, mean) in the accumulation dtype, torch's `correction` rule:
+    divide by max(0, N - correction)."""
+    axes = _axes(dim, self.ndim)
+    acc = _acc(self.dtype)
+    x = self.astype(acc)
+    n = _numel(self.shape, axes)
+    real = jnp.finfo(acc).dtype if _is_complex(acc) else acc
+    mean = jnp.sum(x, axis=axes, keepdims=True) / jnp.asarray(n, real).astype(acc)
+    d = x - mean
+    sq = jnp.real(d * jnp.conj(d)) if _is_complex(acc) else d * d
+    ss = jnp.sum(sq, axis=axes, keepdims=keepdim)
+    corr = jnp.asarray(1 if correction is None else correction).astype(real)
+    var = ss / jnp.maximum(jnp.asarray(n, real) - corr, jnp.zeros((), real))
+    if not keepdim:
+        mean = jnp.squeeze(mean, axis=axes) if axes else mean
+    return var, mean
+
+
+@lower(aten.var.correction)
+def var(ctx, self, dim=None, correction=None, keepdim=False):
+    return _var_mean(self, dim, correction, keepdim)[0]
+
+
+@lower(aten.std.correction)
+def std(ctx, self, dim=None, correction=None, keepdim=False):
+    return jnp.sqrt(_var_mean(self, dim, correction, keepdim)[0])
+
+
+@lower(aten.var_mean.correction)
+def var_mean(ctx, self, dim=None, correction=None, keepdim=False):
+    return _var_mean(self, dim, correction, keepdim)
+
+
+@lower(aten.std_mean.correction)
+def std_mean(ctx, self, dim=None, correction=None, keepdim=False):
+    v, m = _var_mean(self, dim, correction, keepdim)
+    return jnp.sqrt(v), m
+
+
+# ---------------------------------------------------------------- norms
+
+
+def _vector_norm(x, ord, axes, keepdim, out_dtype):
+    """torch.linalg.vector_norm; `ord` is a Python number (static)."""
+    acc = _acc(x.dtype)
+    x = x.astype(acc)
+    a = jnp.abs(x)  # real for complex input
+    real = a.dtype
+    ord = float(ord)
+    if ord == 0:
+        r = jnp.sum((x != 0).astype(real), axis=axes, keepdims=keepdim)
+    elif ord == math.inf:
+        r = jnp.max(a, axis=axes, keepdims=keepdim)
+    elif ord == -math.inf:
+        r = jnp.min(a, axis=axes, keepdims=keepdim)
+    elif ord == 1:
+        r = jnp.sum(a, axis=axes, keepdims=keepdim)
+    elif ord == 2:
+        r = jnp.sqrt(jnp.sum(a * a, axis=axes, keepdims=keepdim))
+    else:
+        p = jnp.asarray(ord, real)
+        r = jnp.power(jnp.sum(jnp.power(a, p), axis=axes, keepdims=keepdim), 1 / p)
+    return r.astype(out_dtype)
+
+
+@lower(aten.linalg_vector_norm.default, static=("ord",))
+def linalg_vector_norm(ctx, self, ord=2, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        self = self.astype(ctx.out_dtype)
+    return _vector_norm(self, ord, _axes(dim, self.ndim), keepdim, ctx.out_dtype)
+
+
+def _p(p):
+    return 2 if p is None else p
+
+
+@lower(aten.norm.Scalar, static=("p",))
+def norm_scalar(ctx, self, p=2):
+    return _vector_norm(self, _p(p), tuple(range(self.ndim)), False, ctx.out_dtype)
+
+
+@lower(aten.norm.ScalarOpt_dtype, static=("p",))
+def norm_dtype(ctx, self, p, dtype):
+    self = self.astype(ctx.out_dtype)
+    return _vector_norm(self, _p(p), tuple(range(self.ndim)), False, ctx.out_dtype)
+
+
+@lower(aten.norm.ScalarOpt_dim, static=("p",))
+def norm_dim(ctx, self, p, dim, keepdim=False):
+    return _vector_norm(self, _p(p), _axes(dim, self.ndim), keepdim, ctx.out_dtype)
+
+
+@lower(aten.norm.ScalarOpt_dim_dtype, static=("p",))
+def norm_dim_dtype(ctx, self, p, dim, keepdim, dtype):
+    self = self.astype(ctx.out_dtype)
+    return _vector_norm(self, _p(p), _axes(dim, self.ndim), keepdim, ctx.out_dtype)
+
+
+# ---------------------------------------------------------------- logsumexp
+
+
+def _logsumexp(x, axes, keepdim):
+    """log(sum(exp(x))) along axes, stable; +-inf maxima are not subtracted
+    (as ATen does), so all -inf gives -inf and any +inf gives +inf."""
+    m = jnp.max(x, axis=axes, keepdims=True, initial=-jnp.inf)
+    m = jnp.where(jnp.isinf(m), jnp.zeros((), x.dtype), m)
+    s = jnp.sum(jnp.exp(x - m), axis=axes, keepdims=True)
+    r = jnp.log(s) + m
+    if not keepdim:
+        r = jnp.squeeze(r, axis=axes) if axes else r
+    return r
+
+
+@lower(aten.logsumexp.default)
+def logsumexp(ctx, self, dim, keepdim=False):
+    out = ctx.out_dtype
+    x = self.astype(_acc(out))
+    return _logsumexp(x, _axes(dim, self.ndim), keepdim)
+
+
+# ---------------------------------------------------------------- any / all / count_nonzero
+
+
+def _truth(x):
+    return x if x.dtype == jnp.bool_ else x != 0
+
+
+@lower(aten.any.default)
+def any_all(ctx, self):
+    return jnp.any(_truth(self))
+
+
+@lower(aten.any.dim)
+def any_dim(ctx, self, dim, keepdim=False):
+    return jnp.any(_truth(self), axis=_axes([dim], self.ndim), keepdims=keepdim)
+
+
+@lower(aten.any.dims)
+def any_dims(ctx, self, dim=None, keepdim=False):
+    return jnp.any(_truth(self), axis=_axes(dim, self.ndim, empty_means_all=False), keepdims=keepdim)
+
+
+@lower(aten.all.default)
+def all_all(ctx, self):
+    return jnp.all(_truth(self))
+
+
+@lower(aten.all.dim)
+def all_dim(ctx, self, dim, keepdim=False):
+    return jnp.all(_truth(self), axis=_axes([dim], self.ndim), keepdims=keepdim)
+
+
+@lower(aten.all.dims)
+def all_dims(ctx, self, dim=None, keepdim=False):
+    return jnp.all(_truth(self), axis=_axes(dim, self.ndim, empty_means_all=False), keepdims=keepdim)
+
+
+@lower(aten.count_nonzero.default)
+def count_nonzero(ctx, self, dim=None):
+    axes = tuple(range(self.ndim)) if dim is None else _axes([dim], self.ndim)
+    return jnp.sum(_truth(self).astype(jnp.int64), axis=axes)
+
+
+@lower(aten.count_nonzero.dim_IntList)
+def count_nonzero_dims(ctx, self, dim):
+    return jnp.sum(_truth(self).astype(jnp.int64), axis=_axes(dim, self.ndim))
+
+
+# ---------------------------------------------------------------- softmax family
+
+
+def _softmax_parts(self, dim, acc):
+    x = _as_1d(self).astype(acc)
+    axis = _wrap(dim, self.ndim)
+    m = jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf)
+    shifted = x - m  # all -inf (or +inf) rows give NaN, as in ATen
+    return shifted, axis
+
+
+def _softmax(self, dim, acc):
+    shifted, axis = _softmax_parts(self, dim, acc)
+    e = jnp.exp(shifted)
+    return (e / jnp.sum(e, axis=axis, keepdims=True)).reshape(self.shape)
+
+
+def _log_softmax(self, dim, acc):
+    shifted, axis = _softmax_parts(self, dim, acc)
+    lse = jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True))
+    return (shifted - lse).reshape(self.shape)
+
+
+@lower(aten._softmax.default)
+def softmax(ctx, self, dim, half_to_float):
+    return _softmax(self, dim, _acc(ctx.out_dtype))
+
+
+@lower(aten._log_softmax.default)
+def log_softmax(ctx, self, dim, half_to_float):
+    return _log_softmax(self, dim, _acc(ctx.out_dtype))
+
+
+@lower(aten._safe_softmax.default)
+def safe_softmax(ctx, self, dim, dtype=None):
+    """softmax that gives 0 (not NaN) on rows that are entirely -inf."""
+    x = self.astype(ctx.out_dtype)
+    out = _softmax(x, dim, _acc(ctx.out_dtype))
+    axis = _wrap(dim, self.ndim)
+    masked = jnp.all(_as_1d(self) == -jnp.inf, axis=axis, keepdims=True).reshape(
+        tuple(1 if i == axis else s for i, s in enumerate(self.shape))
+    )
+    return jnp.where(masked, jnp.zeros((), out.dtype), out)
+
+
+@lower(aten._softmax_backward_data.default)
+def softmax_backward(ctx, grad_output, output, dim, input_dtype):
+    acc = _acc(ctx.out_dtype)
+    g = _as_1d(grad_output).astype(acc)
+    y = _as_1d(output).astype(acc)
+    axis = _wrap(dim, output.ndim)
+    r = y * (g - jnp.sum(g * y, axis=axis, keepdims=True))
+    return r.reshape(output.shape)
+
+
+@lower(aten._log_softmax_backward_data.default)
+def log_softmax_backward(ctx, grad_output, output, dim, input_dtype):
+    acc = _acc(ctx.out_dtype)
+    g = _as_1d(grad_output).astype(acc)
+    y = _as_1d(output).astype(acc)
+    axis = _wrap(dim, output.ndim)
+    r = g - jnp.exp(y) * jnp.sum(g, axis=axis, keepdims=True)
+    return r.reshape(output.shape)
