@@ -8,7 +8,6 @@ single rounding, and ignore `self` entirely when beta == 0 (NaN/inf in self
 do not propagate), as torch documents.
 """
 
-import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
@@ -62,14 +61,14 @@ def bmm(ctx, self, mat2, out_dtype=None):
     return _product(ctx, self, mat2, ((2,), (1,)), ((0,), (0,)))
 
 
-@lower(aten.addmm.default, aten.addmm.dtype, aten.addmm.out, aten.addmm_)
+@lower(aten.addmm)
 def addmm(ctx, self, mat1, mat2, *rest):
     # default: (beta, alpha); dtype overload: (out_dtype, beta, alpha)
     beta, alpha = rest[-2:]
     return _combine(ctx, self, _product(ctx, mat1, mat2, ((1,), (0,))), beta, alpha)
 
 
-@lower(aten.baddbmm.default, aten.baddbmm.dtype, aten.baddbmm.out, aten.baddbmm_)
+@lower(aten.baddbmm)
 def baddbmm(ctx, self, batch1, batch2, *rest):
     beta, alpha = rest[-2:]
     return _combine(ctx, self, _product(ctx, batch1, batch2, ((2,), (1,)), ((0,), (0,))), beta, alpha)
@@ -103,13 +102,6 @@ def vdot(ctx, self, other):
     return _product(ctx, self, other, ((0,), (0,)))
 
 
-@lower(aten.outer)
-def outer(ctx, self, vec2):
-    dtype = ctx.out_dtype
-    acc = _acc_dtype(dtype)
-    return self.astype(acc)[:, None] * vec2.astype(acc)[None, :]
-
-
 @lower(aten._addmm_activation)
 def addmm_activation(ctx, self, mat1, mat2, beta=1, alpha=1, use_gelu=False):
     out = _combine(ctx, self, _product(ctx, mat1, mat2, ((1,), (0,))), beta, alpha)
@@ -118,8 +110,6 @@ def addmm_activation(ctx, self, mat1, mat2, beta=1, alpha=1, use_gelu=False):
     out = out.astype(ctx.out_dtype)
     if use_gelu:
         x = out.astype(_acc_dtype(out.dtype))
-        return x * 0.5 * (1.0 + lax.erf(x * (1.0 / jnp.sqrt(2.0)).astype(x.dtype)))
-    return jnp.maximum(out, jnp.zeros((), out.dtype)) if not jnp.issubdtype(out.dtype, jnp.bool_) else out
+        return x * 0.5 * (1.0 + lax.erf(x * 0.7071067811865476))
+    return jnp.maximum(out, jnp.zeros((), out.dtype))
 
-
-del jax

@@ -1,1 +1,326 @@
-"""Random ops driven by the device generator (seed, offset): uniform_, normal_, bernoulli, randint, randperm, ..."""
+"""Random ops driven by the device generator (seed, offset): uniform_, normal_, bernoulli, randint, randperm, ...
+
+Every lowering here is `random=True` and draws from `ctx.rng_key()`.  The streams
+are not torch's Philox/mt19937 streams (no backend matches them bit for bit);
+what matches torch is each op's range, dtype and distribution:
+
+- floating `uniform_` uses as many random bits as the dtype has mantissa digits
+  (k * 2**-digits, so bf16 `uniform_()` is in [0, 1) exactly, as on CPU), scaled
+  in float32 (float64 for double);
+- `random_()` gives integers in [0, 2**digits] for floating dtypes and
+  [0, max] for integer dtypes; `random_(from, to)` is [from, to) by modulo, as
+  ATen does;
+- everything else draws float32 (float64 for double) and casts.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ..registry import lower
+from .creation import factory
+
+aten = torch.ops.aten
+
+
+def _is_float(dtype):
+    return jnp.issubdtype(dtype, jnp.floating)
+
+
+def _digits(dtype):
+    """std::numeric_limits<T>::digits of a floating dtype."""
+    return jnp.finfo(dtype).nmant + 1
+
+
+def _compute(dtype):
+    """The type distributions are computed in (ATen's dist_acctype)."""
+    return jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
+
+
+def _check_floating(op_name, dtype):
+    if not _is_float(dtype):
+        raise NotImplementedError(f'"{op_name}" not implemented for \'{jnp.dtype(dtype).name}\'')
+
+
+def _unit(key, shape, dtype):
+    """Uniform in [0, 1) with `digits(dtype)` random bits (exact in dtype)."""
+    digits = _digits(dtype)
+    compute = _compute(dtype)
+    if digits > 32:
+        bits = jax.random.bits(key, shape, jnp.uint64)
+        bits = bits & jnp.uint64((1 << digits) - 1)
+    else:
+        bits = jax.random.bits(key, shape, jnp.uint32)
+        bits = bits & jnp.uint32((1 << digits) - 1)
+    return bits.astype(compute) * compute(2.0 ** -digits)
+
+
+def _open_unit(key, shape, dtype):
+    """Uniform in (0, 1): never 0, for the log-based samplers."""
+    compute = _compute(dtype)
+    return jax.random.uniform(key, shape, compute, minval=jnp.finfo(compute).tiny, maxval=1.0)
+
+
+def _standard_normal(key, shape, dtype):
+    return jax.random.normal(key, shape, _compute(dtype))
+
+
+# ---------------------------------------------------------------- uniform
+
+
+@lower(aten.uniform.default, random=True)
+def uniform(ctx, self, from_=0.0, to=1.0, generator=None):
+    dtype = self.dtype
+    _check_floating("check_uniform_bounds", dtype)
+    info = jnp.finfo(dtype)
+    for name, v in (("from", from_), ("to", to)):
+        if not (float(info.min) <= v <= float(info.max)):
+            raise RuntimeError(f"{name} is out of bounds for {jnp.dtype(dtype).name}")
+    if from_ > to:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
+    if to - from_ > float(info.max):
+        raise RuntimeError(
+            f"uniform_ expects to-from <= std::numeric_limits<{jnp.dtype(dtype).name}>::max(), "
+            f"but found to={to} and from={from_} which result in to-from to exceed the limit"
+        )
+    compute = _compute(dtype)
+    u = _unit(ctx.rng_key(), self.shape, dtype)
+    return (u * compute(to - from_) + compute(from_)).astype(dtype)
+
+
+# ----------------------------------------------------------------- normal
+
+
+def _check_std(std):
+    if std < 0.0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+
+
+@lower(aten.normal_.default, aten.normal.out, random=True)
+def normal_(ctx, self, mean=0.0, std=1.0, generator=None):
+    dtype = self.dtype
+    _check_floating("normal_kernel_cpu", dtype)
+    _check_std(std)
+    compute = _compute(dtype)
+    z = _standard_normal(ctx.rng_key(), self.shape, dtype)
+    return (z * compute(std) + compute(mean)).astype(dtype)
+
+
+@lower(aten.normal.Tensor_float, random=True)
+def normal_tensor_float(ctx, mean, std=1.0, generator=None):
+    _check_std(std)
+    dtype = ctx.out_dtype
+    compute = _compute(dtype)
+    z = _standard_normal(ctx.rng_key(), ctx.out_shape, dtype)
+    return (z * compute(std) + mean.astype(compute)).astype(dtype)
+
+
+@lower(aten.normal.float_Tensor, random=True)
+def normal_float_tensor(ctx, mean, std, generator=None):
+    dtype = ctx.out_dtype
+    compute = _compute(dtype)
+    z = _standard_normal(ctx.rng_key(), ctx.out_shape, dtype)
+    return (z * std.astype(compute) + compute(mean)).astype(dtype)
+
+
+@lower(aten.normal.Tensor_Tensor, random=True)
+def normal_tensor_tensor(ctx, mean, std, generator=None):
+    dtype = ctx.out_dtype
+    compute = _compute(dtype)
+    z = _standard_normal(ctx.rng_key(), ctx.out_shape, dtype)
+    return (z * std.astype(compute) + mean.astype(compute)).astype(dtype)
+
+
+@factory(aten.normal.float_float, random=True)
+@lower(aten.normal.float_float_out, random=True)
+def normal_float_float(ctx, mean, std, size, generator=None, *rest):
+    _check_std(std)
+    dtype = ctx.out_dtype
+    compute = _compute(dtype)
+    z = _standard_normal(ctx.rng_key(), tuple(size), dtype)
+    return (z * compute(std) + compute(mean)).astype(dtype)
+
+
+@lower(aten.log_normal.default, random=True)
+def log_normal(ctx, self, mean=1.0, std=2.0, generator=None):
+    dtype = self.dtype
+    _check_floating("log_normal_cpu", dtype)
+    if std <= 0.0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std}")
+    compute = _compute(dtype)
+    z = _standard_normal(ctx.rng_key(), self.shape, dtype)
+    return jnp.exp(z * compute(std) + compute(mean)).astype(dtype)
+
+
+# ------------------------------------------------------ other continuous
+
+
+@lower(aten.exponential.default, random=True)
+def exponential(ctx, self, lambd=1.0, generator=None):
+    dtype = self.dtype
+    _check_floating("exponential_cpu", dtype)
+    if not lambd > 0.0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+    compute = _compute(dtype)
+    u = _open_unit(ctx.rng_key(), self.shape, dtype)
+    return (-jnp.log(u) / compute(lambd)).astype(dtype)
+
+
+@lower(aten.cauchy.default, random=True)
+def cauchy(ctx, self, median=0.0, sigma=1.0, generator=None):
+    dtype = self.dtype
+    _check_floating("cauchy_cpu", dtype)
+    if not sigma > 0.0:
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+    compute = _compute(dtype)
+    u = _open_unit(ctx.rng_key(), self.shape, dtype)
+    return (compute(median) + compute(sigma) * jnp.tan(compute(math.pi) * (u - 0.5))).astype(dtype)
+
+
+@lower(aten.geometric.default, random=True)
+def geometric(ctx, self, p, generator=None):
+    """Number of Bernoulli(p) trials up to the first success: {1, 2, ...}."""
+    if not 0.0 < p < 1.0:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    dtype = self.dtype
+    u = _open_unit(ctx.rng_key(), self.shape, jnp.float64 if dtype == jnp.float64 else jnp.float32)
+    trials = jnp.ceil(jnp.log(u) / jnp.log1p(-p).astype(u.dtype))
+    return jnp.maximum(trials, 1).astype(dtype)
+
+
+@lower(aten.poisson.default, random=True)
+def poisson(ctx, self, generator=None):
+    dtype = self.dtype
+    rate = self.astype(_compute(dtype))
+    return jax.random.poisson(ctx.rng_key(), rate, self.shape, dtype=jnp.int64).astype(dtype)
+
+
+# --------------------------------------------------------------- bernoulli
+
+
+def _bernoulli(ctx, shape, p, dtype):
+    compute = _compute(dtype) if _is_float(dtype) else jnp.float32
+    if hasattr(p, "dtype") and p.dtype == jnp.float64:
+        compute = jnp.float64
+    u = jax.random.uniform(ctx.rng_key(), shape, compute)
+    return (u < jnp.asarray(p).astype(compute)).astype(dtype)
+
+
+def _check_p(p):
+    if not 0.0 <= p <= 1.0:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
+
+
+@lower(aten.bernoulli.default, random=True)
+def bernoulli(ctx, self, generator=None):
+    return _bernoulli(ctx, self.shape, self, ctx.out_dtype)
+
+
+@lower(aten.bernoulli.p, aten.bernoulli_.float, random=True)
+def bernoulli_p(ctx, self, p=0.5, generator=None):
+    _check_p(p)
+    return _bernoulli(ctx, self.shape, p, self.dtype)
+
+
+@lower(aten.bernoulli.Tensor, random=True)
+def bernoulli_tensor(ctx, self, p, generator=None):
+    return _bernoulli(ctx, self.shape, jnp.broadcast_to(p, self.shape), self.dtype)
+
+
+# ------------------------------------------------------------- integers
+
+
+def _int_max(dtype):
+    return int(jnp.iinfo(dtype).max)
+
+
+def _default_upper(dtype):
+    """random_()'s inclusive upper bound for a dtype."""
+    if dtype == jnp.bool_:
+        return 1
+    if _is_float(dtype):
+        return 1 << _digits(dtype)
+    return _int_max(dtype)
+
+
+def _random_range(ctx, shape, low, span, dtype):
+    """`low + bits % span` (span >= 1 values), ATen's modulo sampler."""
+    key = ctx.rng_key()
+    if span > (1 << 32) - 1:
+        bits = jax.random.bits(key, shape, jnp.uint64)
+        if span < (1 << 64):
+            bits = bits % jnp.uint64(span)
+        values = bits.astype(jnp.int64) + jnp.int64(low)  # wraps: uniform over a 2**64 span
+    else:
+        bits = jax.random.bits(key, shape, jnp.uint32)
+        values = (bits % jnp.uint32(span)).astype(jnp.int64) + jnp.int64(low)
+    if dtype == jnp.bool_:
+        return values != 0
+    return values.astype(dtype)
+
+
+@lower(aten.random.default, random=True)
+def random_default(ctx, self, generator=None):
+    dtype = self.dtype
+    return _random_range(ctx, self.shape, 0, _default_upper(dtype) + 1, dtype)
+
+
+@lower(aten.random.to, random=True)
+def random_to(ctx, self, to, generator=None):
+    return _random_from(ctx, self, 0, to)
+
+
+@lower(aten.random.from, random=True)
+def random_from(ctx, self, from_, to=None, generator=None):
+    return _random_from(ctx, self, from_, to)
+
+
+def _random_from(ctx, self, low, to):
+    dtype = self.dtype
+    if to is None:
+        high = _default_upper(dtype)
+        if low > high:
+            raise RuntimeError(f"random_ expects 'from' casted to dtype to be less or equal to 'to', but got from={low} > to={high}")
+        return _random_range(ctx, self.shape, low, high - low + 1, dtype)
+    if low >= to:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={to}")
+    return _random_range(ctx, self.shape, low, to - low, dtype)
+
+
+# -------------------------------------------------------- permutations
+
+
+@factory(aten.randperm.default, random=True)
+@lower(aten.randperm.out, random=True)
+def randperm(ctx, n, *rest):
+    return jax.random.permutation(ctx.rng_key(), n).astype(ctx.out_dtype)
+
+
+@factory(aten.randperm.generator, random=True)
+@lower(aten.randperm.generator_out, random=True)
+def randperm_generator(ctx, n, generator=None, *rest):
+    return jax.random.permutation(ctx.rng_key(), n).astype(ctx.out_dtype)
+
+
+@lower(aten.multinomial.default, random=True)
+def multinomial(ctx, self, num_samples, replacement=False, generator=None):
+    """Rows of (unnormalised) probabilities -> category indices.  With
+    replacement: categorical draws; without: the Gumbel top-k trick (the same
+    distribution as successive draws without replacement)."""
+    probs = self.astype(_compute(self.dtype))
+    if probs.ndim == 1:
+        probs = probs[None]
+    logits = jnp.log(probs)
+    rows, n = probs.shape
+    key = ctx.rng_key()
+    if replacement:
+        out = jax.random.categorical(key, logits, axis=-1, shape=(num_samples, rows)).T
+    else:
+        gumbel = jax.random.gumbel(key, (rows, n), logits.dtype)
+        _, out = lax.top_k(logits + gumbel, num_samples)
+    out = out.astype(jnp.int64)
+    return out.reshape(ctx.out_shape)

@@ -1,1 +1,262 @@
-"""Sorting, top-k and scans (cumsum, cumprod, ...)."""
+"""Sorting, top-k and scans (cumsum, cumprod, ...).
+
+Everything sorts with one stable primitive (`_sort_last`), so indices of
+equal elements come out in a fixed, torch-compatible order: ascending sorts
+keep equal elements in input order, descending sorts too (torch's stable
+descending sort), and NaN is larger than every number (last ascending, first
+descending).  Index arithmetic runs in int32 (native on TPU); the dispatcher
+casts indices to int64 as ATen declares them.
+"""
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from ..registry import lower
+
+aten = torch.ops.aten
+
+_REDUCED = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _acc(dtype):
+    dtype = jnp.dtype(dtype)
+    return jnp.dtype(jnp.float32) if dtype in _REDUCED else dtype
+
+
+def _has_nan(dtype):
+    return jnp.issubdtype(dtype, jnp.inexact)
+
+
+def _isnan(x):
+    return jnp.isnan(x) if _has_nan(x.dtype) else jnp.zeros(x.shape, jnp.bool_)
+
+
+def _index_dtype(n):
+    return jnp.int32 if n < 2**31 - 1 else jnp.int64
+
+
+# ------------------------------------------------------------------ layout helpers
+
+
+def _to_last(x, dim):
+    """x with `dim` moved last (0-d tensors become shape (1,)); and the axis."""
+    ndim = x.ndim
+    if ndim == 0:
+        return x.reshape(1), 0
+    axis = dim % ndim
+    return jnp.moveaxis(x, axis, -1), axis
+
+
+def _from_last(y, axis, ndim):
+    """Inverse of _to_last for a result that keeps the sorted axis."""
+    if ndim == 0:
+        return y.reshape(())
+    return jnp.moveaxis(y, -1, axis)
+
+
+def _from_reduced(y, axis, ndim, keepdim):
+    """Inverse of _to_last for a result with the last axis reduced away."""
+    if ndim == 0:
+        return y.reshape(())
+    return jnp.expand_dims(y, axis) if keepdim else y
+
+
+def _sort_last(x, descending=False):
+    """Stable sort along the last axis: (values, indices)."""
+    n = x.shape[-1]
+    last = x.ndim - 1
+    iota = lax.broadcasted_iota(_index_dtype(n), x.shape, last)
+    if not descending:
+        values, indices = lax.sort((x, iota), dimension=last, is_stable=True, num_keys=1)
+        return values, indices
+    # Ascending by (value, -index), then reversed: descending values with
+    # NaN first and equal values still in input order.
+    values, neg = lax.sort((x, -iota), dimension=last, is_stable=True, num_keys=2)
+    return jnp.flip(values, last), -jnp.flip(neg, last)
+
+
+def _gather_last(arrays, pos):
+    """Pick position `pos` (shape = batch + (1,)) along the last axis."""
+    return tuple(jnp.take_along_axis(a, pos, axis=-1)[..., 0] for a in arrays)
+
+
+# ------------------------------------------------------------------ sort / topk
+
+
+def _sort(self, dim, descending):
+    x, axis = _to_last(self, dim)
+    values, indices = _sort_last(x, descending)
+    return _from_last(values, axis, self.ndim), _from_last(indices, axis, self.ndim)
+
+
+@lower(aten.sort.default)
+def sort(ctx, self, dim=-1, descending=False):
+    return _sort(self, dim, descending)
+
+
+@lower(aten.sort.stable)
+def sort_stable(ctx, self, stable=None, dim=-1, descending=False):
+    # One algorithm for both: an unstable sort may return any order of
+    # equal elements, the stable order is one of them (and matches the CPU).
+    return _sort(self, dim, descending)
+
+
+@lower(aten.topk.default)
+def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
+    # Ties come out in input order (the CPU's order for ties depends on its
+    # partial-sort internals); sorted=False may return any order, sorted is one.
+    x, axis = _to_last(self, dim)
+    values, indices = _sort_last(x, descending=largest)
+    values, indices = values[..., :k], indices[..., :k]
+    return _from_last(values, axis, self.ndim), _from_last(indices, axis, self.ndim)
+
+
+# ------------------------------------------------------------------ order statistics
+
+
+@lower(aten.kthvalue.default)
+def kthvalue(ctx, self, k, dim=-1, keepdim=False):
+    x, axis = _to_last(self, dim)
+    values, indices = _sort_last(x)
+    v, i = values[..., k - 1], indices[..., k - 1]
+    return _from_reduced(v, axis, self.ndim, keepdim), _from_reduced(i, axis, self.ndim, keepdim)
+
+
+def _median_last(x, ignore_nan):
+    """Lower median along the last axis: (value, index).
+
+    median: NaN if the row has one (index of its first NaN), as ATen does.
+    nanmedian: the lower median of the non-NaN values (a NaN if all are)."""
+    n = x.shape[-1]
+    values, indices = _sort_last(x)
+    num_nan = jnp.sum(_isnan(x), axis=-1, keepdims=True, dtype=indices.dtype)
+    if ignore_nan:
+        pos = jnp.maximum(n - num_nan - 1, 0) // 2
+    else:
+        # Sorted NaNs sit last, in input order: the first one is at n - num_nan.
+        pos = jnp.where(num_nan > 0, n - num_nan, (n - 1) // 2)
+    return _gather_last((values, indices), pos)
+
+
+def _median_all(ctx, self, ignore_nan):
+    x = self.reshape(-1)
+    if x.size == 0:
+        return jnp.full((), jnp.nan).astype(ctx.out_dtype)
+    return _median_last(x, ignore_nan)[0]
+
+
+def _median_dim(self, dim, keepdim, ignore_nan):
+    x, axis = _to_last(self, dim)
+    v, i = _median_last(x, ignore_nan)
+    return _from_reduced(v, axis, self.ndim, keepdim), _from_reduced(i, axis, self.ndim, keepdim)
+
+
+@lower(aten.median.default)
+def median(ctx, self):
+    return _median_all(ctx, self, False)
+
+
+@lower(aten.nanmedian.default)
+def nanmedian(ctx, self):
+    return _median_all(ctx, self, True)
+
+
+@lower(aten.median.dim)
+def median_dim(ctx, self, dim, keepdim=False):
+    return _median_dim(self, dim, keepdim, False)
+
+
+@lower(aten.nanmedian.dim)
+def nanmedian_dim(ctx, self, dim, keepdim=False):
+    return _median_dim(self, dim, keepdim, True)
+
+
+@lower(aten.mode.default)
+def mode(ctx, self, dim=-1, keepdim=False):
+    """Most frequent value along dim; among equally frequent values the
+    smallest, with the index of its last occurrence (ATen's CPU kernel:
+    sorted runs, first strictly longest run, index of the run's last element).
+    Each NaN counts as a value of its own (NaN != NaN)."""
+    x, axis = _to_last(self, dim)
+    n = x.shape[-1]
+    values, indices = _sort_last(x)
+    pos = lax.broadcasted_iota(indices.dtype, values.shape, values.ndim - 1)
+    differs = values[..., 1:] != values[..., :-1]
+    true = jnp.ones(values.shape[:-1] + (1,), jnp.bool_)
+    run_start = jnp.concatenate([true, differs], axis=-1)
+    run_end = jnp.concatenate([differs, true], axis=-1)
+    start = lax.cummax(jnp.where(run_start, pos, 0), axis=values.ndim - 1)
+    count = jnp.where(run_end, pos - start + 1, 0)
+    best = jnp.argmax(count, axis=-1, keepdims=True) if n > 0 else jnp.zeros(count.shape[:-1] + (1,), jnp.int32)
+    v, i = _gather_last((values, indices), best)
+    return _from_reduced(v, axis, self.ndim, keepdim), _from_reduced(i, axis, self.ndim, keepdim)
+
+
+# ------------------------------------------------------------------ scans
+
+
+def _scan(self, dim, dtype, fn):
+    """Apply a cumulative `fn(x, axis)` in the accumulation dtype of `dtype`."""
+    x = self.reshape(1) if self.ndim == 0 else self
+    axis = dim % max(self.ndim, 1)
+    x = x.astype(dtype).astype(_acc(dtype))
+    return fn(x, axis).astype(dtype).reshape(self.shape)
+
+
+@lower(aten.cumsum.default)
+def cumsum(ctx, self, dim, dtype=None):
+    return _scan(self, dim, ctx.out_dtype, lambda x, axis: jnp.cumsum(x, axis=axis))
+
+
+@lower(aten.cumprod.default)
+def cumprod(ctx, self, dim, dtype=None):
+    return _scan(self, dim, ctx.out_dtype, lambda x, axis: jnp.cumprod(x, axis=axis))
+
+
+@lower(aten.logcumsumexp.default, aten._logcumsumexp.default)
+def logcumsumexp(ctx, self, dim):
+    return _scan(self, dim, ctx.out_dtype, lambda x, axis: lax.cumlogsumexp(x, axis=axis))
+
+
+def _cum_extreme(self, dim, largest):
+    """cummax/cummin: (values, indices).  A later element replaces the
+    running one when it is >= (<=) it or is NaN, and nothing replaces a NaN
+    but a later NaN (ATen's rule), i.e. a running max under the order
+    (value with NaN on top, index)."""
+    x = self.reshape(1) if self.ndim == 0 else self
+    axis = dim % max(self.ndim, 1)
+    iota = lax.broadcasted_iota(_index_dtype(x.shape[axis]), x.shape, axis)
+
+    def combine(a, b):
+        va, ia = a
+        vb, ib = b
+        better = (vb >= va) if largest else (vb <= va)
+        take_b = _isnan(vb) | (~_isnan(va) & better)
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+
+    if x.size == 0:
+        values, indices = x, iota
+    else:
+        values, indices = lax.associative_scan(combine, (x, iota), axis=axis)
+    return values.reshape(self.shape), indices.reshape(self.shape)
+
+
+@lower(aten.cummax.default)
+def cummax(ctx, self, dim):
+    return _cum_extreme(self, dim, True)
+
+
+@lower(aten.cummin.default)
+def cummin(ctx, self, dim):
+    return _cum_extreme(self, dim, False)
+
+
+@lower(aten._cummax_helper.default)
+def cummax_helper(ctx, self, values, indices, dim):
+    return _cum_extreme(self, dim, True)
+
+
+@lower(aten._cummin_helper.default)
+def cummin_helper(ctx, self, values, indices, dim):
+    return _cum_extreme(self, dim, False)
