@@ -15,6 +15,10 @@ namespace py = pybind11;
 namespace torchtpu {
 
 void register_hooks();
+void init_fastpath(py::object boxes, py::object drain, py::object op_info, py::object slow_path);
+void register_kernels(const std::vector<std::string>& names);
+std::pair<int64_t, int64_t> fastpath_stats();
+void clear_fastpath_cache();
 
 namespace {
 
@@ -54,6 +58,21 @@ PYBIND11_MODULE(_C, m) {
         register_hooks();
       },
       "Install the Python device-count provider and synchronize hook.");
+
+  m.def(
+      "_init_fastpath",
+      &init_fastpath,
+      "Install the C++ eager entry point as the PrivateUse1 fallback: "
+      "(box dict, drain, op_info(name, overload) -> (kinds, static "
+      "positions, fast), slow_path(name, overload, args, kwargs) -> "
+      "(result, kernel spec or None)).");
+  m.def(
+      "_register_kernels",
+      &register_kernels,
+      "Make the C++ entry point the PrivateUse1 kernel of these aten ops "
+      "(so a lowering wins over a CompositeExplicitAutograd kernel).");
+  m.def("_fastpath_stats", &fastpath_stats, "(hits, misses) of the C++ kernel cache");
+  m.def("_clear_fastpath_cache", &clear_fastpath_cache);
 
   m.def("_device_count", []() { return int(device_count()); });
   m.def("_init_error", []() { return init_error(); });

@@ -52,7 +52,9 @@ def reset_fallback_counts() -> None:
 
 
 def kernel_cache_stats() -> dict:
-    """Eager kernel cache: calls, distinct kernels compiled."""
+    """Eager kernel cache: distinct kernels compiled, Python-path calls, and
+    the C++ entry point's cache hits/misses."""
     from .ops import dispatch
 
-    return dict(dispatch.stats, cached=len(dispatch._cache))
+    hits, misses = _C._fastpath_stats()
+    return dict(dispatch.stats, cached=len(dispatch._cache), fast_hits=hits, fast_misses=misses)

@@ -26,14 +26,14 @@ def matmul_precision():
 
 
 class LoweringContext:
-    __slots__ = ("op", "meta_args", "out_meta", "precision", "_seed", "_offset", "_draws")
+    __slots__ = ("op", "meta_args", "out_meta", "precision", "_rng", "_draws")
 
     def __init__(self, op, meta_args, out_meta, precision, rng=None):
         self.op = op
         self.meta_args = meta_args  # arguments as meta tensors / Python values
         self.out_meta = out_meta  # flat list of expected outputs (meta tensors)
         self.precision = precision
-        self._seed, self._offset = rng if rng is not None else (None, None)
+        self._rng = rng  # (seed_hi, seed_lo, offset_hi, offset_lo), traced
         self._draws = 0
 
     @property
@@ -59,12 +59,12 @@ class LoweringContext:
         """A fresh JAX PRNG key for this op, from the generator's (seed, offset).
 
         Each call within one op gives an independent key."""
-        if self._seed is None:
+        if self._rng is None:
             raise RuntimeError(f"{self.op}: lowering asked for randomness but is not marked random")
-        key = jax.random.key(self._seed)
-        offset = self._offset.astype(jnp.uint64)
-        key = jax.random.fold_in(key, (offset & 0xFFFFFFFF).astype(jnp.uint32))
-        key = jax.random.fold_in(key, (offset >> 32).astype(jnp.uint32))
+        seed_hi, seed_lo, offset_hi, offset_lo = (jnp.asarray(v).astype(jnp.uint32) for v in self._rng)
+        key = jax.random.wrap_key_data(jnp.stack([seed_hi, seed_lo]), impl="threefry2x32")
+        key = jax.random.fold_in(key, offset_lo)
+        key = jax.random.fold_in(key, offset_hi)
         key = jax.random.fold_in(key, self._draws)
         self._draws += 1
         return key

@@ -20,6 +20,7 @@ from ..runtime import boxes, devices
 from ..runtime.dtypes import to_jax
 from . import plans
 from .context import LoweringContext, matmul_precision
+from .registry import _functional_candidates as registry_functional_candidates
 from .registry import find_lowering
 from .schema import (
     GENERATOR,
@@ -126,6 +127,7 @@ class _Call:
         if self.device is None:
             self.device = _C._current_device()
             parts.append(("device", self.device))
+        parts.append(torch.get_float32_matmul_precision())  # read at trace time
         return tuple(parts)
 
 
@@ -168,9 +170,34 @@ class _Kernel:
         "returns",  # how to assemble the op's return value
     )
 
+    def fastpath_spec(self):
+        """This kernel as csrc/fastpath.cpp caches it, or None if its calls
+        need Python (out= resizing, view returns)."""
+        if self.resized or self.sigs is None:
+            return None
+        returns = []
+        for kind, ref in self.returns:
+            if kind == "fresh":
+                returns.append((0, [ref]))
+            elif kind == "arg":
+                returns.append((1, [ref]))
+            elif kind == "none":
+                returns.append((2, []))
+            elif kind == "fresh_list":
+                returns.append((3, list(ref)))
+            else:
+                return None
+        writes = [(0 if kind == "fresh" else 1, ref) for kind, ref in self.writes]
+        return (self.jitted, list(self.input_slots), list(self.fresh), writes, list(self.sigs), returns, self.random)
+
 
 def run(op, args, kwargs):
-    """Entry point for one eager call of a lowered op."""
+    """One eager call of a lowered op (Python path)."""
+    return run_with_kernel(op, args, kwargs)[0]
+
+
+def run_with_kernel(op, args, kwargs):
+    """One eager call of a lowered op: (result, the kernel that ran)."""
     _drain()
     entry = entry_of(op)
     sch = entry.schema
@@ -183,7 +210,7 @@ def run(op, args, kwargs):
         _cache[key] = kernel
         stats["compiles"] += 1
     stats["calls"] += 1
-    return _execute(kernel, sch, values, call)
+    return _execute(kernel, sch, values, call), kernel
 
 
 def _execute(kernel, sch, values, call):
@@ -201,8 +228,7 @@ def _execute(kernel, sch, values, call):
     flat.extend(call.dyn)
     if kernel.random:
         seed, offset = _next_rng(call.generator, call.device, 1)
-        flat.append(np.uint64(seed))
-        flat.append(np.uint64(offset))
+        flat.extend((seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF))
     results = kernel.jitted(*flat)
     if kernel.sigs is None:
         kernel.sigs = [None if r is None else boxes.signature(tuple(r.shape), np.dtype(r.dtype)) for r in results]
@@ -352,6 +378,7 @@ def _build(entry, values, call):
         else:
             kernel.returns.append(("fresh", _add_fresh(kernel, m, expected)))
 
+    _match_resized_out_layout(sch, values, meta_values, call)
     for position in sch.mutated:
         real = values[position]
         meta = meta_values[position]
@@ -376,7 +403,7 @@ def _build(entry, values, call):
     def kernel_fn(*flat):
         arrays = dict(zip(input_slots, flat[:n_in]))
         dyn = flat[n_in:]
-        rng = (dyn[-2], dyn[-1]) if lowering.random else None
+        rng = dyn[-4:] if lowering.random else None
         ctx = LoweringContext(op, ctx_args, out_meta, precision, rng)
         lowered = [readers[i](arrays, dyn) for i in lowering_positions]
         result = lowering.fn(ctx, *lowered)
@@ -410,6 +437,35 @@ def _add_fresh(kernel, m, expected):
     nbytes = m.untyped_storage().nbytes()
     expected.append((m, ("fresh", k, nbytes)))
     return k
+
+
+def _match_resized_out_layout(sch, values, meta_values, call):
+    """An out= tensor that must be resized gets the layout the functional op
+    would give its output (as TensorIterator does on CPU/CUDA: `mul(x.t(), 2,
+    out=empty(0))` is transposed there), where ATen's meta kernel leaves it
+    contiguous."""
+    outs = [p for p in sch.mutated if sch.op._schema.arguments[p].is_out]
+    resized = [
+        p for p in outs
+        if isinstance(values[p], torch.Tensor) and tuple(meta_values[p].shape) != call.infos[id(values[p])][2]
+    ]
+    if not resized:
+        return
+    functional = next(iter(registry_functional_candidates(sch.op)), None)
+    if functional is None:
+        return
+    args, kwargs = sch.split(meta_values)
+    for p in outs:
+        kwargs.pop(sch.names[p], None)
+    try:
+        func_out = functional(*args, **kwargs)
+    except Exception:  # the functional overload may not take these arguments
+        return
+    func_out = func_out if isinstance(func_out, (tuple, list)) else (func_out,)
+    for p, f in zip(outs, func_out):
+        m = meta_values[p]
+        if p in resized and isinstance(f, torch.Tensor) and f.shape == m.shape and f.stride() != m.stride():
+            m.as_strided_(f.shape, f.stride())
 
 
 def _mutation_target(kernel, call, position, real, meta, single):

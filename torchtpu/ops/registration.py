@@ -1,19 +1,27 @@
-"""Hooks the Python side into the dispatcher for the PrivateUse1 key.
+"""Hooks torchtpu into the dispatcher for the PrivateUse1 key.
 
-At import (cheap, no JAX): a boxed fallback for every op without a kernel,
-and the data-movement kernels.  On first use (`ensure_loaded`, which imports
-JAX and the lowering table): a direct kernel for each lowered op, so a
-lowering also wins over an op's CompositeExplicitAutograd kernel."""
+At import (cheap, no JAX): the C++ entry point (csrc/fastpath.cpp) becomes
+the PrivateUse1 fallback, and the data-movement kernels are registered.  On
+first use (`ensure_loaded`, which starts JAX and loads the lowering table):
+the C++ entry point also becomes the kernel of each lowered op, so a
+lowering wins over the op's CompositeExplicitAutograd kernel.
+
+The C++ entry point serves cache hits itself and sends everything else to
+`slow_path` below, which routes the call (special handler, lowered kernel,
+or fallback) and hands back the kernel it used when that is safe to reuse.
+"""
 
 import threading
 
 import torch
 
-_fallback_lib = torch.library.Library("_", "IMPL")
+from .. import _C
+from ..runtime import boxes
+from . import schema as schema_mod
+
 _aten_lib = torch.library.Library("aten", "IMPL")
 _lock = threading.RLock()
 _loaded = False
-_registered: set = set()
 
 # Kernels that move data rather than compute it (see transfer.py).
 _TRANSFER_KERNELS = {
@@ -21,6 +29,18 @@ _TRANSFER_KERNELS = {
     "_copy_from": "copy_from",
     "_copy_from_and_resize": "copy_from_and_resize",
     "_local_scalar_dense": "local_scalar_dense",
+}
+
+# schema.py's argument kinds, numbered as csrc/fastpath.cpp expects.
+_KIND_CODES = {
+    schema_mod.TENSOR: 0,
+    schema_mod.OPT_TENSOR: 1,
+    schema_mod.TENSOR_LIST: 2,
+    schema_mod.OPT_TENSOR_LIST: 3,
+    schema_mod.SCALAR: 4,
+    schema_mod.SCALAR_LIST: 5,
+    schema_mod.GENERATOR: 6,
+    schema_mod.STATIC: 7,
 }
 
 
@@ -34,30 +54,50 @@ def _lazy_transfer(name):
     return kernel
 
 
-def _run(op, args, kwargs):
+_ops_by_name: dict = {}
+
+
+def resolve(name: str, overload: str):
+    """The OpOverload for a schema name ('aten::add') and overload name."""
+    key = (name, overload)
+    op = _ops_by_name.get(key)
+    if op is None:
+        namespace, op_name = name.split("::")
+        packet = getattr(getattr(torch.ops, namespace), op_name)
+        op = _ops_by_name[key] = getattr(packet, overload or "default")
+    return op
+
+
+def op_info(name: str, overload: str):
+    """For the C++ entry point: (argument kinds, baked-in Scalar positions,
+    whether this op can ever be served from the C++ kernel cache)."""
+    ensure_loaded()
+    from . import dispatch, special
+
+    op = resolve(name, overload)
+    entry = dispatch.entry_of(op)
+    kinds = [_KIND_CODES[k] for k in entry.schema.kinds]
+    fast = entry.lowering is not None and op not in special.HANDLERS
+    return kinds, sorted(entry.static), fast
+
+
+def slow_path(name: str, overload: str, args, kwargs):
+    """One call through the Python dispatcher: (result, kernel spec for the
+    C++ cache, or None when this call must not be cached)."""
+    ensure_loaded()
     from . import dispatch, fallback, special
 
+    op = resolve(name, overload)
     handler = special.HANDLERS.get(op)
     if handler is not None:
-        return handler(*args, **kwargs)
+        return handler(*args, **kwargs), None
     if dispatch.entry_of(op).lowering is not None:
         try:
-            return dispatch.run(op, args, kwargs)
+            result, kernel = dispatch.run_with_kernel(op, args, kwargs)
+            return result, kernel.fastpath_spec()
         except dispatch.Unsupported:
             pass
-    return fallback.handle(op, args, kwargs)
-
-
-def _boxed_fallback(op, *args, **kwargs):
-    ensure_loaded()
-    return _run(op, args, kwargs)
-
-
-def _op_kernel(op):
-    def kernel(*args, **kwargs):
-        return _run(op, args, kwargs)
-
-    return kernel
+    return fallback.handle(op, args, kwargs), None
 
 
 def _is_composite_implicit(op) -> bool:
@@ -65,7 +105,7 @@ def _is_composite_implicit(op) -> bool:
 
 
 def ensure_loaded():
-    """Import JAX and the lowering table; register a kernel per lowered op."""
+    """Start JAX, load the lowering table, register the lowered ops."""
     global _loaded
     if _loaded:
         return
@@ -79,18 +119,18 @@ def ensure_loaded():
         from .registry import LOWERINGS
 
         transfer_ops = {"aten::" + name for name in _TRANSFER_KERNELS}
+        names = []
         for op in list(LOWERINGS) + list(special.HANDLERS):
-            if op in _registered or _is_composite_implicit(op):
+            if op.namespace != "aten" or op.name() in transfer_ops or _is_composite_implicit(op):
                 continue
-            if op.name() in transfer_ops:
-                continue
-            _aten_lib.impl(op, _op_kernel(op), "PrivateUse1")
-            _registered.add(op)
+            overload = op._overloadname
+            names.append(op._schema.name.split("::")[1] + ("" if overload == "default" else "." + overload))
+        _C._register_kernels(sorted(set(names)))
         _loaded = True
 
 
 def install():
     """Called at `import torchtpu`: cheap registrations only."""
-    _fallback_lib.fallback(_boxed_fallback, "PrivateUse1")
+    _C._init_fastpath(boxes.boxes, boxes.drain, op_info, slow_path)
     for aten_name, fn_name in _TRANSFER_KERNELS.items():
         _aten_lib.impl(aten_name, _lazy_transfer(fn_name), "PrivateUse1")

@@ -53,7 +53,13 @@ def to_host(array) -> torch.Tensor:
 
 def from_host(t: torch.Tensor, device: int):
     """A CPU tensor's value as a jax.Array on tpu:`device`."""
-    return jax.device_put(torch_to_numpy(t.detach()), devices.jax_device(device))
+    host = torch_to_numpy(t.detach())
+    target = devices.jax_device(device)
+    if target.platform == "cpu":
+        # The CPU client may alias the numpy buffer, which is the tensor's
+        # memory: a later in-place op on the CPU tensor would show through.
+        host = np.array(host, copy=True)
+    return jax.device_put(host, target)
 
 
 def wrap(array, dtype: torch.dtype, device: int) -> torch.Tensor:

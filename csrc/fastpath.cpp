@@ -1,0 +1,633 @@
+// The eager hot path in C++.
+//
+// Every op that reaches the `tpu` backend enters `tpu_kernel` (registered as
+// the PrivateUse1 fallback and as the kernel of each lowered op).  It builds
+// the kernel cache key straight from the IValue stack -- each tensor's view
+// geometry, dtype, storage slot and box signature; Scalar types; static
+// argument values -- and on a hit allocates the outputs, calls the cached
+// jitted function on the box arrays and rebinds the written boxes, without
+// leaving C++ except for that one call.
+//
+// Everything else (a miss, CPU tensors, data-dependent ops, fallbacks) goes
+// to the Python dispatcher (torchtpu/ops/registration.py::slow_path), which
+// returns the kernel it used when the call was a plain lowered kernel; that
+// kernel is then cached here under this call's key.  The key covers every
+// input of the Python key, so a hit always runs the kernel Python would.
+#include "device.h"
+
+#include <ATen/Context.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/library.h>
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator.h"
+#include "generator.h"
+
+namespace py = pybind11;
+
+namespace torchtpu {
+namespace {
+
+// Argument kinds, as torchtpu/ops/schema.py numbers them.
+enum ArgKind : int {
+  kTensor = 0,
+  kOptTensor = 1,
+  kTensorList = 2,
+  kOptTensorList = 3,
+  kScalar = 4,  // traced: its type is in the key, its value an input
+  kScalarList = 5,
+  kGenerator = 6,
+  kStatic = 7,  // its value is in the key
+};
+
+struct OpInfo {
+  std::vector<int> kinds;
+  std::vector<bool> static_scalar;  // Scalars the lowering bakes in
+  bool fast = true;  // false: always take the Python path (transfer ops...)
+};
+
+struct FreshSpec {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  c10::ScalarType dtype;
+};
+
+enum WriteKind : int { kWriteFresh = 0, kWriteSlot = 1 };
+enum ReturnKind : int {
+  kReturnFresh = 0,
+  kReturnArg = 1,
+  kReturnNone = 2,
+  kReturnFreshList = 3
+};
+
+struct Spec {
+  py::object jitted;
+  std::vector<int> input_slots;
+  std::vector<FreshSpec> fresh;
+  std::vector<std::pair<int, int>> writes;
+  std::vector<py::object> sigs;
+  std::vector<std::pair<int, std::vector<int>>> returns;
+  bool random = false;
+};
+
+using Key = std::vector<int64_t>;
+
+struct KeyHash {
+  size_t operator()(const Key& key) const noexcept {
+    size_t h = 1469598103934665603ULL;
+    for (int64_t v : key) {
+      h ^= static_cast<size_t>(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return h;
+  }
+};
+
+// All of this is touched only with the GIL held.
+struct State {
+  PyObject* boxes = nullptr;  // torchtpu.runtime.boxes.boxes (dict)
+  py::object drain;  // boxes.drain
+  py::object op_info;  // (name, overload) -> (kinds, static positions, fast)
+  py::object slow_path;  // (name, overload, args, kwargs) -> (result, spec)
+  std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> ops;
+  std::unordered_map<Key, std::unique_ptr<Spec>, KeyHash> cache;
+  int64_t hits = 0;
+  int64_t misses = 0;
+};
+
+State* state() {
+  static auto* s = new State();  // leaked: holds Python objects
+  return s;
+}
+
+[[noreturn]] void rethrow_python() {
+  python_error error;
+  error.persist();
+  throw std::move(error);
+}
+
+// ------------------------------------------------------------------ keys
+
+struct Call {
+  Key key;
+  std::vector<uintptr_t> addresses;  // slot -> storage address
+  std::vector<PyObject*> arrays;  // slot -> box array (borrowed) or null
+  std::vector<py::object> dyn;  // traced non-array inputs, argument order
+  int device = -1;
+  std::optional<at::Generator> generator;
+  bool fast = true;
+};
+
+constexpr int64_t kTagNone = -1;
+constexpr int64_t kTagTensor = -2;
+constexpr int64_t kTagDouble = -3;
+constexpr int64_t kTagInt = -4;
+constexpr int64_t kTagBool = -5;
+constexpr int64_t kTagList = -6;
+constexpr int64_t kTagOther = -7;
+
+void add_tpu_tensor(Call& call, const at::Tensor& t) {
+  auto* impl = t.unsafeGetTensorImpl();
+  const int device = t.device().index();
+  if (call.device < 0) {
+    call.device = device;
+  } else if (device != call.device) {
+    call.fast = false;  // Python raises PyTorch's device-mismatch error
+    return;
+  }
+  const auto& storage = impl->unsafe_storage();
+  const auto address = reinterpret_cast<uintptr_t>(storage.data());
+  size_t slot = 0;
+  while (slot < call.addresses.size() && call.addresses[slot] != address) {
+    ++slot;
+  }
+  if (slot == call.addresses.size()) {
+    call.addresses.push_back(address);
+    PyObject* entry = nullptr;
+    if (address != 0) {
+      PyObject* py_address = PyLong_FromUnsignedLongLong(address);
+      entry = PyDict_GetItem(state()->boxes, py_address);  // borrowed
+      Py_DECREF(py_address);
+    }
+    call.arrays.push_back(entry ? PyTuple_GET_ITEM(entry, 0) : nullptr);
+    // The interned signature object's identity stands for (shape, dtype).
+    call.key.push_back(
+        entry ? reinterpret_cast<int64_t>(PyTuple_GET_ITEM(entry, 1)) : 0);
+  } else {
+    call.key.push_back(-100 - static_cast<int64_t>(slot));
+  }
+  call.key.push_back(kTagTensor);
+  call.key.push_back(static_cast<int64_t>(slot));
+  call.key.push_back(static_cast<int64_t>(t.scalar_type()));
+  call.key.push_back(impl->storage_offset());
+  call.key.push_back(static_cast<int64_t>(storage.nbytes()));
+  const auto sizes = impl->sizes();
+  const auto strides = impl->strides();
+  call.key.push_back(static_cast<int64_t>(sizes.size()));
+  call.key.insert(call.key.end(), sizes.begin(), sizes.end());
+  call.key.insert(call.key.end(), strides.begin(), strides.end());
+}
+
+void add_dynamic_scalar(Call& call, const c10::IValue& v) {
+  if (v.isDouble()) {
+    call.key.push_back(kTagDouble);
+    call.dyn.push_back(py::float_(v.toDouble()));
+  } else if (v.isInt()) {
+    call.key.push_back(kTagInt);
+    call.dyn.push_back(py::int_(v.toInt()));
+  } else if (v.isBool()) {
+    call.key.push_back(kTagBool);
+    call.dyn.push_back(py::bool_(v.toBool()));
+  } else if (v.isNone()) {
+    call.key.push_back(kTagNone);
+  } else {
+    call.fast = false;  // complex, symbolic, ...
+  }
+}
+
+void add_tensor_arg(Call& call, const c10::IValue& v) {
+  if (v.isNone()) {
+    call.key.push_back(kTagNone);
+    return;
+  }
+  if (!v.isTensor()) {
+    call.fast = false;
+    return;
+  }
+  const at::Tensor& t = v.toTensor();
+  if (!t.defined()) {
+    call.key.push_back(kTagNone);
+  } else if (t.device().type() == kTpu) {
+    add_tpu_tensor(call, t);
+  } else if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+    // `x + 2`: Python kernels see the number, so a traced scalar.
+    add_dynamic_scalar(call, c10::IValue(t.item()));
+  } else {
+    call.fast = false;  // CPU tensors: Python handles (and checks) them
+  }
+}
+
+void add_static(Call& call, const c10::IValue& v) {
+  if (v.isNone()) {
+    call.key.push_back(kTagNone);
+  } else if (v.isInt()) {
+    call.key.push_back(kTagInt);
+    call.key.push_back(v.toInt());
+  } else if (v.isBool()) {
+    call.key.push_back(kTagBool);
+    call.key.push_back(v.toBool());
+  } else if (v.isDouble()) {
+    const double d = v.toDouble();
+    int64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof(bits));
+    call.key.push_back(kTagDouble);
+    call.key.push_back(bits);
+  } else if (v.isIntList()) {
+    const auto list = v.toIntList();
+    call.key.push_back(kTagList);
+    call.key.push_back(static_cast<int64_t>(list.size()));
+    for (const int64_t x : list) {
+      call.key.push_back(x);
+    }
+  } else if (v.isDevice()) {
+    call.key.push_back(kTagOther);
+    call.key.push_back(static_cast<int64_t>(v.toDevice().type()));
+    call.key.push_back(v.toDevice().index());
+  } else if (v.isString()) {
+    call.key.push_back(kTagOther);
+    call.key.push_back(static_cast<int64_t>(std::hash<std::string>{}(v.toStringRef())));
+    // Hash collisions are settled by Python: a string static arg is rare
+    // (reduce="sum", approximate="tanh"), keep both in the key.
+    call.key.push_back(static_cast<int64_t>(v.toStringRef().size()));
+  } else if (v.isList()) {
+    const auto list = v.toListRef();
+    call.key.push_back(kTagList);
+    call.key.push_back(static_cast<int64_t>(list.size()));
+    for (const auto& item : list) {
+      add_static(call, item);
+      if (!call.fast) {
+        return;
+      }
+    }
+  } else {
+    call.fast = false;
+  }
+}
+
+void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v) {
+  switch (info.kinds[i]) {
+    case kTensor:
+    case kOptTensor:
+      add_tensor_arg(call, v);
+      break;
+    case kTensorList:
+    case kOptTensorList:
+      if (v.isNone()) {
+        call.key.push_back(kTagNone);
+        break;
+      }
+      if (!v.isList() && !v.isTensorList()) {
+        call.fast = false;
+        break;
+      }
+      {
+        const auto list = v.toListRef();
+        call.key.push_back(kTagList);
+        call.key.push_back(static_cast<int64_t>(list.size()));
+        for (const auto& item : list) {
+          add_tensor_arg(call, item);
+        }
+      }
+      break;
+    case kScalar:
+      if (info.static_scalar[i]) {
+        add_static(call, v);
+      } else {
+        add_dynamic_scalar(call, v);
+      }
+      break;
+    case kScalarList:
+      if (!v.isList() && !v.isDoubleList() && !v.isIntList()) {
+        call.fast = false;
+        break;
+      }
+      {
+        const auto list = v.toListRef();
+        call.key.push_back(kTagList);
+        call.key.push_back(static_cast<int64_t>(list.size()));
+        for (const auto& item : list) {
+          add_dynamic_scalar(call, item);
+        }
+      }
+      break;
+    case kGenerator:
+      call.key.push_back(kTagOther);
+      if (!v.isNone()) {
+        call.generator = v.toGenerator();
+      }
+      break;
+    default:
+      add_static(call, v);
+  }
+}
+
+// ------------------------------------------------------- Python bridge
+
+const OpInfo& op_info(const c10::OperatorHandle& op) {
+  State* s = state();
+  const auto* schema = &op.schema();
+  auto it = s->ops.find(schema);
+  if (it != s->ops.end()) {
+    return *it->second;
+  }
+  auto info = std::make_unique<OpInfo>();
+  try {
+    py::tuple result = s->op_info(schema->name(), schema->overload_name());
+    for (auto k : result[0]) {
+      info->kinds.push_back(k.cast<int>());
+    }
+    info->static_scalar.assign(info->kinds.size(), false);
+    for (auto p : result[1]) {
+      info->static_scalar.at(p.cast<size_t>()) = true;
+    }
+    info->fast = result[2].cast<bool>();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    rethrow_python();
+  }
+  return *s->ops.emplace(schema, std::move(info)).first->second;
+}
+
+py::object to_python(const c10::IValue& v) {
+  // Wrapped numbers reach Python kernels as numbers, as in PyTorch's own
+  // Python dispatch.
+  if (v.isTensor() && v.toTensor().defined() &&
+      v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+    return torch::jit::toPyObject(c10::IValue(v.toTensor().item()));
+  }
+  return torch::jit::toPyObject(v);
+}
+
+std::unique_ptr<Spec> spec_from_python(py::handle obj) {
+  auto spec = std::make_unique<Spec>();
+  py::tuple t = py::reinterpret_borrow<py::tuple>(obj);
+  spec->jitted = t[0];
+  for (auto s : t[1]) {
+    spec->input_slots.push_back(s.cast<int>());
+  }
+  for (auto f : t[2]) {
+    py::tuple ft = py::reinterpret_borrow<py::tuple>(f);
+    FreshSpec fresh;
+    fresh.sizes = ft[0].cast<std::vector<int64_t>>();
+    fresh.strides = ft[1].cast<std::vector<int64_t>>();
+    PyObject* dtype = ft[2].ptr();
+    TORCH_INTERNAL_ASSERT(THPDtype_Check(dtype));
+    fresh.dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+    spec->fresh.push_back(std::move(fresh));
+  }
+  for (auto w : t[3]) {
+    py::tuple wt = py::reinterpret_borrow<py::tuple>(w);
+    spec->writes.emplace_back(wt[0].cast<int>(), wt[1].cast<int>());
+  }
+  for (auto sig : t[4]) {
+    spec->sigs.push_back(py::reinterpret_borrow<py::object>(sig));
+  }
+  for (auto r : t[5]) {
+    py::tuple rt = py::reinterpret_borrow<py::tuple>(r);
+    spec->returns.emplace_back(rt[0].cast<int>(), rt[1].cast<std::vector<int>>());
+  }
+  spec->random = t[6].cast<bool>();
+  return spec;
+}
+
+// Runs the op through the Python dispatcher; caches the kernel it used.
+void slow_path(
+    const c10::OperatorHandle& op,
+    torch::jit::Stack* stack,
+    Call* call) {
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t n = arguments.size();
+  py::tuple result;
+  try {
+    std::vector<py::object> positional;
+    py::dict kwargs;
+    auto args_begin = stack->end() - static_cast<std::ptrdiff_t>(n);
+    for (size_t i = 0; i < n; ++i) {
+      py::object value = to_python(*(args_begin + i));
+      if (arguments[i].kwarg_only()) {
+        kwargs[py::str(arguments[i].name())] = value;
+      } else {
+        positional.push_back(value);
+      }
+    }
+    py::tuple args(positional.size());
+    for (size_t i = 0; i < positional.size(); ++i) {
+      args[i] = positional[i];
+    }
+    result = state()->slow_path(schema.name(), schema.overload_name(), args, kwargs);
+  } catch (py::error_already_set& e) {
+    e.restore();
+    rethrow_python();
+  }
+  torch::jit::drop(*stack, n);
+  const auto& returns = schema.returns();
+  py::object out = result[0];
+  if (returns.size() == 1) {
+    if (out.is_none() && returns[0].type()->kind() == c10::TypeKind::TensorType) {
+      stack->emplace_back(at::Tensor());
+    } else {
+      stack->push_back(torch::jit::toIValue(out, returns[0].type()));
+    }
+  } else if (returns.size() > 1) {
+    py::tuple outs = py::reinterpret_borrow<py::tuple>(out);
+    for (size_t i = 0; i < returns.size(); ++i) {
+      py::object item = outs[i];
+      if (item.is_none() && returns[i].type()->kind() == c10::TypeKind::TensorType) {
+        stack->emplace_back(at::Tensor());
+      } else {
+        stack->push_back(torch::jit::toIValue(item, returns[i].type()));
+      }
+    }
+  }
+  if (call != nullptr && call->fast && !result[1].is_none()) {
+    state()->cache.emplace(std::move(call->key), spec_from_python(result[1]));
+  }
+}
+
+// ------------------------------------------------------------- the hit
+
+void run_spec(
+    const Spec& spec,
+    const c10::OperatorHandle& op,
+    torch::jit::Stack* stack,
+    Call& call) {
+  const c10::Device device(kTpu, static_cast<c10::DeviceIndex>(call.device));
+  std::vector<at::Tensor> fresh;
+  fresh.reserve(spec.fresh.size());
+  {
+    c10::DeviceGuard guard(device);
+    for (const auto& f : spec.fresh) {
+      fresh.push_back(at::detail::empty_strided_generic(
+          f.sizes,
+          f.strides,
+          get_allocator_base(),
+          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+          f.dtype));
+    }
+  }
+  const size_t n_in = spec.input_slots.size();
+  const size_t n = n_in + call.dyn.size() + (spec.random ? 4 : 0);
+  py::tuple args(n);
+  size_t k = 0;
+  for (int slot : spec.input_slots) {
+    PyObject* array = call.arrays[slot];
+    Py_INCREF(array);
+    PyTuple_SET_ITEM(args.ptr(), k++, array);
+  }
+  for (auto& d : call.dyn) {
+    PyTuple_SET_ITEM(args.ptr(), k++, d.release().ptr());
+  }
+  if (spec.random) {
+    const at::Generator& gen = call.generator.has_value()
+        ? *call.generator
+        : default_generator(device.index());
+    auto* impl = at::check_generator<TpuGeneratorImpl>(gen);
+    std::pair<uint64_t, uint64_t> so;
+    {
+      std::lock_guard<std::mutex> lock(impl->mutex_);
+      so = impl->next(1);
+    }
+    const uint64_t parts[4] = {
+        so.first >> 32, so.first & 0xFFFFFFFFULL, so.second >> 32, so.second & 0xFFFFFFFFULL};
+    for (uint64_t part : parts) {
+      PyTuple_SET_ITEM(args.ptr(), k++, PyLong_FromUnsignedLongLong(part));
+    }
+  }
+  PyObject* results = PyObject_Call(spec.jitted.ptr(), args.ptr(), nullptr);
+  if (results == nullptr) {
+    rethrow_python();
+  }
+  py::object owned = py::reinterpret_steal<py::object>(results);
+  for (size_t i = 0; i < spec.writes.size(); ++i) {
+    PyObject* value = PyTuple_GET_ITEM(results, i);
+    if (value == Py_None) {
+      continue;
+    }
+    const auto& [kind, ref] = spec.writes[i];
+    const uintptr_t address = kind == kWriteFresh
+        ? reinterpret_cast<uintptr_t>(fresh[ref].storage().data())
+        : call.addresses[ref];
+    if (address == 0) {
+      continue;
+    }
+    PyObject* entry = PyTuple_Pack(2, value, spec.sigs[i].ptr());
+    PyObject* py_address = PyLong_FromUnsignedLongLong(address);
+    const int rc = PyDict_SetItem(state()->boxes, py_address, entry);
+    Py_DECREF(py_address);
+    Py_DECREF(entry);
+    if (rc != 0) {
+      rethrow_python();
+    }
+  }
+  // Returns: fresh outputs, or the (mutated) arguments themselves.
+  const size_t n_args = op.schema().arguments().size();
+  std::vector<c10::IValue> args_saved(
+      stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
+  torch::jit::drop(*stack, n_args);
+  for (const auto& [kind, refs] : spec.returns) {
+    switch (kind) {
+      case kReturnFresh:
+        stack->emplace_back(fresh[refs[0]]);
+        break;
+      case kReturnArg:
+        stack->push_back(args_saved[refs[0]]);
+        break;
+      case kReturnFreshList: {
+        c10::List<at::Tensor> list;
+        for (int r : refs) {
+          list.push_back(fresh[r]);
+        }
+        stack->emplace_back(std::move(list));
+        break;
+      }
+      default:
+        stack->emplace_back(at::Tensor());
+    }
+  }
+}
+
+void tpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  py::gil_scoped_acquire gil;
+  State* s = state();
+  TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
+  if (has_storage_events()) {
+    try {
+      s->drain();
+    } catch (py::error_already_set& e) {
+      e.restore();
+      rethrow_python();
+    }
+  }
+  const OpInfo& info = op_info(op);
+  if (!info.fast) {
+    slow_path(op, stack, nullptr);
+    return;
+  }
+  const size_t n = op.schema().arguments().size();
+  Call call;
+  call.key.reserve(64);
+  call.key.push_back(reinterpret_cast<int64_t>(&op.schema()));
+  auto args = stack->end() - static_cast<std::ptrdiff_t>(n);
+  for (size_t i = 0; i < n && call.fast; ++i) {
+    add_argument(call, info, i, *(args + i));
+  }
+  if (call.device < 0) {
+    call.device = current_device();
+    call.key.push_back(-1000 - call.device);
+  }
+  call.key.push_back(static_cast<int64_t>(at::globalContext().float32MatmulPrecision()));
+  if (call.fast) {
+    auto it = s->cache.find(call.key);
+    if (it != s->cache.end()) {
+      ++s->hits;
+      run_spec(*it->second, op, stack, call);
+      return;
+    }
+    ++s->misses;
+  }
+  slow_path(op, stack, &call);
+}
+
+std::vector<std::unique_ptr<torch::Library>>& libraries() {
+  static auto* libs = new std::vector<std::unique_ptr<torch::Library>>();
+  return *libs;
+}
+
+}  // namespace
+
+void init_fastpath(
+    py::object boxes,
+    py::object drain,
+    py::object op_info_fn,
+    py::object slow_path_fn) {
+  State* s = state();
+  s->boxes = boxes.release().ptr();
+  s->drain = std::move(drain);
+  s->op_info = std::move(op_info_fn);
+  s->slow_path = std::move(slow_path_fn);
+  auto lib = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  lib->fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_kernel>());
+  libraries().push_back(std::move(lib));
+}
+
+void register_kernels(const std::vector<std::string>& names) {
+  auto lib = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const auto& name : names) {
+    lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_kernel>());
+  }
+  libraries().push_back(std::move(lib));
+}
+
+std::pair<int64_t, int64_t> fastpath_stats() {
+  return {state()->hits, state()->misses};
+}
+
+void clear_fastpath_cache() {
+  state()->cache.clear();
+}
+
+}  // namespace torchtpu
