@@ -25,7 +25,6 @@ _loaded = False
 
 # Kernels that move data rather than compute it (see transfer.py).
 _TRANSFER_KERNELS = {
-    "copy_": "copy_",
     "_copy_from": "copy_from",
     "_copy_from_and_resize": "copy_from_and_resize",
     "_local_scalar_dense": "local_scalar_dense",
@@ -77,7 +76,7 @@ def op_info(name: str, overload: str):
     op = resolve(name, overload)
     entry = dispatch.entry_of(op)
     kinds = [_KIND_CODES[k] for k in entry.schema.kinds]
-    fast = entry.lowering is not None and op not in special.HANDLERS
+    fast = entry.lowering is not None and (op not in special.HANDLERS or op in special.GENERIC_WHEN)
     return kinds, sorted(entry.static), fast
 
 
@@ -88,7 +87,7 @@ def slow_path(name: str, overload: str, args, kwargs):
     from . import dispatch, fallback, special
 
     op = resolve(name, overload)
-    handler = special.HANDLERS.get(op)
+    handler = special.handler_for(op, args, kwargs)
     if handler is not None:
         return handler(*args, **kwargs), None
     if dispatch.entry_of(op).lowering is not None:
@@ -115,11 +114,11 @@ def ensure_loaded():
         from ..runtime import devices
 
         devices.init()
-        from . import lowerings, special  # noqa: F401  (fills the tables)
+        from . import lowerings, special, transfer  # noqa: F401  (fill the tables)
         from .registry import LOWERINGS
 
         transfer_ops = {"aten::" + name for name in _TRANSFER_KERNELS}
-        names = []
+        names = ["copy_"]  # served by transfer.copy_ unless both sides are one tpu device
         for op in list(LOWERINGS) + list(special.HANDLERS):
             if op.namespace != "aten" or op.name() in transfer_ops or _is_composite_implicit(op):
                 continue

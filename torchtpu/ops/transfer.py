@@ -10,6 +10,7 @@ from .. import _C
 from ..runtime import boxes, devices
 from ..runtime.dtypes import numpy_to_torch, to_jax, torch_to_numpy
 from . import dispatch, plans
+from .special import special
 
 aten = torch.ops.aten
 
@@ -82,6 +83,15 @@ def _bind_whole(dst: torch.Tensor, array) -> bool:
     return True
 
 
+def _same_tpu_device(dst, src, non_blocking=False):
+    return (
+        isinstance(src, torch.Tensor)
+        and dst.device.type == "tpu"
+        and src.device == dst.device
+    )
+
+
+@special(aten.copy_.default, generic_when=_same_tpu_device)
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     dst_tpu = dst.device.type == "tpu"
     src_tpu = src.device.type == "tpu"
