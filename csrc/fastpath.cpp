@@ -74,6 +74,8 @@ enum ReturnKind : int {
 
 struct Spec {
   py::object jitted;
+  py::object donating;  // variant donating the inputs in `donated`, or None
+  std::vector<int> donated;  // positions among the inputs
   std::vector<int> input_slots;
   std::vector<FreshSpec> fresh;
   std::vector<std::pair<int, int>> writes;
@@ -388,6 +390,10 @@ std::unique_ptr<Spec> spec_from_python(py::handle obj) {
     spec->returns.emplace_back(rt[0].cast<int>(), rt[1].cast<std::vector<int>>());
   }
   spec->random = t[6].cast<bool>();
+  spec->donating = t[7];
+  for (auto p : t[8]) {
+    spec->donated.push_back(p.cast<int>());
+  }
   return spec;
 }
 
@@ -495,7 +501,19 @@ void run_spec(
       PyTuple_SET_ITEM(args.ptr(), k++, PyLong_FromUnsignedLongLong(part));
     }
   }
-  PyObject* results = PyObject_Call(spec.jitted.ptr(), args.ptr(), nullptr);
+  // Donate the old buffers of in-place writes when the box is their only
+  // holder (nobody else can observe them being consumed).
+  PyObject* fn = spec.jitted.ptr();
+  if (!spec.donated.empty()) {
+    bool sole = true;
+    for (int position : spec.donated) {
+      sole = sole && Py_REFCNT(call.arrays[spec.input_slots[position]]) == 2;
+    }
+    if (sole) {
+      fn = spec.donating.ptr();
+    }
+  }
+  PyObject* results = PyObject_Call(fn, args.ptr(), nullptr);
   if (results == nullptr) {
     rethrow_python();
   }

@@ -167,6 +167,8 @@ class _Kernel:
         "resized",  # [(arg position, sizes, strides)] out= args to resize first
         "writes",  # [("fresh", k) | ("slot", slot) | ("resized", position)] per kernel output
         "sigs",  # box signature per kernel output (filled on first run)
+        "fn",  # the traced function (for the donating variant)
+        "donating",  # (jitted variant donating written inputs, flat positions) or None
         "returns",  # how to assemble the op's return value
     )
 
@@ -188,7 +190,28 @@ class _Kernel:
             else:
                 return None
         writes = [(0 if kind == "fresh" else 1, ref) for kind, ref in self.writes]
-        return (self.jitted, list(self.input_slots), list(self.fresh), writes, list(self.sigs), returns, self.random)
+        donating, donated = self.donating if self.donating is not None else (None, [])
+        return (
+            self.jitted,
+            list(self.input_slots),
+            list(self.fresh),
+            writes,
+            list(self.sigs),
+            returns,
+            self.random,
+            donating,
+            donated,
+        )
+
+    def _plan_donation(self, entries):
+        """In-place writes can reuse the old box's buffer when the new value
+        has the same shape and dtype (the C++ entry point donates it only if
+        the box is the array's sole holder)."""
+        donated = []
+        for (kind, ref), sig in zip(self.writes, self.sigs):
+            if kind == "slot" and ref in self.input_slots and entries[ref][1] == sig:
+                donated.append(self.input_slots.index(ref))
+        self.donating = (jax.jit(self.fn, donate_argnums=tuple(donated)), donated) if donated else None
 
 
 def run(op, args, kwargs):
@@ -232,6 +255,7 @@ def _execute(kernel, sch, values, call):
     results = kernel.jitted(*flat)
     if kernel.sigs is None:
         kernel.sigs = [None if r is None else boxes.signature(tuple(r.shape), np.dtype(r.dtype)) for r in results]
+        kernel._plan_donation(entries)
     addresses = call.addresses
     bind = _boxes.__setitem__
     for (kind, ref), result, sig in zip(kernel.writes, results, kernel.sigs):
@@ -424,6 +448,8 @@ def _build(entry, values, call):
 
     kernel.writes = [t[:2] for t in write_targets if t is not None and t[0] != "slot"]
     kernel.writes += [("slot", s) for s in written_slots]
+    kernel.fn = kernel_fn
+    kernel.donating = None
     kernel.jitted = jax.jit(kernel_fn)
     return kernel
 
