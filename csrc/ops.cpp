@@ -174,7 +174,20 @@ at::Tensor& set_empty_(at::Tensor& self) {
   return set_storage_offset_(self, std::move(storage), 0, {0}, {});
 }
 
+// `param.data = t` and `module.to("tpu")` swap TensorImpls in place only if
+// the types are shallow-copy compatible; c10 lists CPU/CUDA/... as dense
+// backends but not PrivateUse1.  Without this, `model.to("tpu")` would give
+// tied parameters (a GPT's embedding and output head) separate copies.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense_here = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.is_cpu() || t.device().type() == kTpu);
+  };
+  return (dense_here(self) && dense_here(from)) ||
+      self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);

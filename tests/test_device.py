@@ -222,3 +222,19 @@ def test_import_torch_is_cheap_and_autoloads():
     code = "import sys, torch; print('tpu' in dir(torch), 'jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True", "False"], out.stderr
+
+
+def test_module_to_keeps_parameter_identity():
+    """module.to('tpu') converts parameters in place (as for CUDA): tied
+    weights stay tied and references to parameters stay valid."""
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    p = model["emb"].weight
+    model.to("tpu")
+    assert model["head"].weight is model["emb"].weight is p
+    assert p.device.type == "tpu"
+    p2 = torch.nn.Parameter(torch.ones(2))
+    p2.data = torch.zeros(2, device="tpu")
+    assert p2.device.type == "tpu" and p2.cpu().sum().item() == 0

@@ -63,7 +63,8 @@ def main(argv=None):
     print(f"{args.steps - 1:>6} {losses[-1]:>12.4f}")
     print(f"\nfirst step (kernel compilation): {times[0]:.2f} s")
     print(f"steady step (median):            {steady * 1e3:.1f} ms  ({tokens / steady:,.0f} tokens/s)")
-    print(f"eager kernels compiled: {stats['compiles']}, op calls: {stats['calls']}")
+    calls = stats["fast_hits"] + stats["fast_misses"]
+    print(f"eager kernels compiled: {stats['compiles']}, op calls: {calls} ({stats['fast_hits']} served from the C++ cache)")
     print(f"peak tpu memory allocated: {torch.tpu.max_memory_allocated() / 2**20:.1f} MiB")
     fallbacks = torchtpu.fallback_counts()
     print(f"ops that fell back to the CPU: {fallbacks if fallbacks else 'none'}")

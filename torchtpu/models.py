@@ -78,6 +78,8 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("proj.weight") or name.endswith("fc_out.weight"):
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * n_layers))
+            elif name in ("tok.weight", "pos.weight"):
+                nn.init.normal_(p, std=0.02)
 
     def forward(self, idx):
         t = idx.shape[1]
