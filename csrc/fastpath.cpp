@@ -127,6 +127,7 @@ struct Call {
   std::vector<PyObject*> arrays;  // slot -> box array (borrowed) or null
   std::vector<py::object> dyn;  // traced non-array inputs, argument order
   int device = -1;
+  int requested = -1;  // device= of a factory (no tensor says where)
   std::optional<at::Generator> generator;
   bool fast = true;
 };
@@ -243,9 +244,13 @@ void add_static(Call& call, const c10::IValue& v) {
       call.key.push_back(x);
     }
   } else if (v.isDevice()) {
+    const c10::Device device = v.toDevice();
     call.key.push_back(kTagOther);
-    call.key.push_back(static_cast<int64_t>(v.toDevice().type()));
-    call.key.push_back(v.toDevice().index());
+    call.key.push_back(static_cast<int64_t>(device.type()));
+    call.key.push_back(device.index());
+    if (device.type() == kTpu && call.requested < 0) {
+      call.requested = device.has_index() ? device.index() : current_device();
+    }
   } else if (v.isString()) {
     call.key.push_back(kTagOther);
     call.key.push_back(static_cast<int64_t>(std::hash<std::string>{}(v.toStringRef())));
@@ -592,7 +597,7 @@ void tpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     add_argument(call, info, i, *(args + i));
   }
   if (call.device < 0) {
-    call.device = current_device();
+    call.device = call.requested >= 0 ? call.requested : current_device();
     call.key.push_back(-1000 - call.device);
   }
   call.key.push_back(static_cast<int64_t>(at::globalContext().float32MatmulPrecision()));

@@ -62,7 +62,7 @@ def device_mismatch(a, b):
 class _Call:
     """Runtime data gathered while building the key of one call."""
 
-    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "device", "generator")
+    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "device", "requested", "generator")
 
     def __init__(self):
         self.addresses = []  # slot -> storage address
@@ -71,6 +71,7 @@ class _Call:
         self.dyn = []  # traced non-array inputs, in argument order
         self.infos = {}  # id(tensor) -> _tensor_info
         self.device = None
+        self.requested = None  # device= argument of a factory
         self.generator = None
 
     def tensor_key(self, t):
@@ -115,6 +116,9 @@ class _Call:
                     parts.append(type(v))
                     self.dyn.append(v)
             elif kind is STATIC:
+                if type(v) is torch.device and v.type == "tpu" and self.requested is None:
+                    # a factory's device= (there are no tensors to say where)
+                    self.requested = v.index if v.index is not None else _C._current_device()
                 parts.append(tuple(v) if isinstance(v, list) else v)
             elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
                 parts.append(None if v is None else tuple(None if t is None else self.tensor_key(t) for t in v))
@@ -125,7 +129,7 @@ class _Call:
                 self.generator = v
                 parts.append(None)
         if self.device is None:
-            self.device = _C._current_device()
+            self.device = self.requested if self.requested is not None else _C._current_device()
             parts.append(("device", self.device))
         parts.append(torch.get_float32_matmul_precision())  # read at trace time
         return tuple(parts)
@@ -169,6 +173,7 @@ class _Kernel:
         "sigs",  # box signature per kernel output (filled on first run)
         "fn",  # the traced function (for the donating variant)
         "donating",  # (jitted variant donating written inputs, flat positions) or None
+        "sharding",  # where outputs live
         "returns",  # how to assemble the op's return value
     )
 
@@ -211,7 +216,9 @@ class _Kernel:
         for (kind, ref), sig in zip(self.writes, self.sigs):
             if kind == "slot" and ref in self.input_slots and entries[ref][1] == sig:
                 donated.append(self.input_slots.index(ref))
-        self.donating = (jax.jit(self.fn, donate_argnums=tuple(donated)), donated) if donated else None
+        self.donating = (
+            (jax.jit(self.fn, donate_argnums=tuple(donated), out_shardings=self.sharding), donated) if donated else None
+        )
 
 
 def run(op, args, kwargs):
@@ -304,8 +311,13 @@ def _meta_storage(nbytes, cache, address):
 
 
 def _to_meta(t, call, storages):
-    if not isinstance(t, torch.Tensor) or t.is_cpu:
+    if not isinstance(t, torch.Tensor):
         return t
+    if t.is_cpu:
+        # A CPU scalar tensor mixes with device tensors in PyTorch; meta
+        # kernels reject it next to meta tensors, so it becomes a meta
+        # scalar of its dtype (same promotion rank: a 0-dim tensor).
+        return torch.empty((), dtype=t.dtype, device="meta")
     address, nbytes, sizes, strides, offset, _ = call.infos[id(t)]
     m = torch.empty(0, dtype=t.dtype, device="meta")
     m.set_(_meta_storage(nbytes, storages, address), offset, sizes, strides)
@@ -325,6 +337,8 @@ def _meta_values(sch, values, call):
             out.append([None if t is None else _to_meta(t, call, storages) for t in v])
         elif kind is GENERATOR:
             out.append(None)
+        elif type(v) is torch.device and v.type == "tpu":
+            out.append(torch.device("meta"))
         else:
             out.append(v)
     return out
@@ -451,8 +465,21 @@ def _build(entry, values, call):
     kernel.writes += [("slot", s) for s in written_slots]
     kernel.fn = kernel_fn
     kernel.donating = None
-    kernel.jitted = jax.jit(kernel_fn)
+    # Outputs live on the call's device even when no input array says so
+    # (factories, kernels reading only scalars).
+    kernel.sharding = _sharding(call.device)
+    kernel.jitted = jax.jit(kernel_fn, out_shardings=kernel.sharding)
     return kernel
+
+
+_shardings: dict = {}
+
+
+def _sharding(index):
+    sharding = _shardings.get(index)
+    if sharding is None:
+        sharding = _shardings[index] = jax.sharding.SingleDeviceSharding(devices.jax_device(index))
+    return sharding
 
 
 def _add_fresh(kernel, m, expected):
