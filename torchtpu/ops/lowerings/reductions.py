@@ -57,6 +57,47 @@ def _axes(dim, ndim, empty_means_all=True):
     return tuple(sorted({_wrap(d, ndim) for d in dim}))
 
 
+# ATen's names for dtypes, for error messages.
+_TORCH_NAMES = {
+    "bool": "Bool",
+    "uint8": "Byte",
+    "int8": "Char",
+    "int16": "Short",
+    "int32": "Int",
+    "int64": "Long",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "float32": "Float",
+    "float64": "Double",
+    "complex64": "ComplexFloat",
+    "complex128": "ComplexDouble",
+}
+
+
+def _kind(dtype):
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.bool_:
+        return "bool"
+    if jnp.issubdtype(dtype, jnp.integer):
+        return "int"
+    return "complex" if jnp.issubdtype(dtype, jnp.complexfloating) else "float"
+
+
+def reject(op_name, dtype, kinds, exc=NotImplementedError):
+    """Raise ATen's CPU error for dtypes its kernel does not implement (the
+    meta kernels accept them, so the lowering has to say no)."""
+    if _kind(dtype) in kinds:
+        name = _TORCH_NAMES.get(jnp.dtype(dtype).name, jnp.dtype(dtype).name)
+        raise exc(f'"{op_name}" not implemented for \'{name}\'')
+
+
+def require_nonempty(op_name, shape, axes):
+    """ATen's error for reducing a size-0 dim with an op that has no identity."""
+    for a in axes:
+        if shape[a] == 0:
+            raise IndexError(f"{op_name}(): Expected reduction dim {a} to have non-zero size.")
+
+
 def _numel(shape, axes):
     return int(np.prod([shape[a] for a in axes], dtype=np.int64)) if axes else 1
 
@@ -87,9 +128,14 @@ def _extreme(x, axes, keepdim, largest):
 
 
 # ---------------------------------------------------------------- sum / mean / prod
+# Out variants with a CompositeExplicitAutograd(NonFunctional) kernel are
+# named explicitly in the decorators: otherwise that kernel, not the
+# lowering, would run on tpu (e.g. logsumexp.out decomposes into amax,
+# masked_fill_, sub, exp, ...).  The others reach the lowering through the
+# boxed fallback (registry.find_lowering).
 
 
-@lower(aten.sum.default)
+@lower(aten.sum.default, aten.sum.out)
 def sum_all(ctx, self, dtype=None):
     return _sum(self, tuple(range(self.ndim)), False, ctx.out_dtype)
 
@@ -101,6 +147,7 @@ def sum_dim(ctx, self, dim, keepdim=False, dtype=None):
 
 @lower(aten.nansum.default)
 def nansum(ctx, self, dim=None, keepdim=False, dtype=None):
+    reject("nansum", self.dtype, ("complex",), RuntimeError)
     if _is_float(self.dtype) or _is_complex(self.dtype):
         self = jnp.where(jnp.isnan(self), jnp.zeros((), self.dtype), self)
     return _sum(self, _axes(dim, self.ndim), keepdim, ctx.out_dtype)
@@ -114,7 +161,7 @@ def _mean(ctx, self, axes, keepdim):
     return (s / jnp.asarray(n, acc)).astype(out)
 
 
-@lower(aten.mean.default)
+@lower(aten.mean.default, aten.mean.dtype_out)
 def mean_all(ctx, self, dtype=None):
     return _mean(ctx, self, tuple(range(self.ndim)), False)
 
@@ -129,7 +176,7 @@ def _prod(x, axes, keepdim, out_dtype):
     return jnp.prod(x.astype(_acc(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
 
 
-@lower(aten.prod.default)
+@lower(aten.prod.default, aten.prod.out)
 def prod_all(ctx, self, dtype=None):
     return _prod(self, tuple(range(self.ndim)), False, ctx.out_dtype)
 
@@ -142,24 +189,43 @@ def prod_dim(ctx, self, dim, keepdim=False, dtype=None):
 # ---------------------------------------------------------------- min / max
 
 
+def _amax_amin(self, dim, keepdim, largest):
+    name = "amax" if largest else "amin"
+    reject(name, self.dtype, ("complex",))
+    axes = _axes(dim, self.ndim)
+    require_nonempty(name, self.shape, axes)
+    return _extreme(self, axes, keepdim, largest)
+
+
 @lower(aten.amax.default)
 def amax(ctx, self, dim=(), keepdim=False):
-    return _extreme(self, _axes(dim, self.ndim), keepdim, True)
+    return _amax_amin(self, dim, keepdim, True)
 
 
 @lower(aten.amin.default)
 def amin(ctx, self, dim=(), keepdim=False):
-    return _extreme(self, _axes(dim, self.ndim), keepdim, False)
+    return _amax_amin(self, dim, keepdim, False)
+
+
+def _max_min_all(self, largest):
+    name = "max" if largest else "min"
+    reject(name, self.dtype, ("complex",))
+    if self.size == 0:
+        raise RuntimeError(
+            f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+            "Specify the reduction dim with the 'dim' argument."
+        )
+    return _extreme(self, None, False, largest)
 
 
 @lower(aten.max.default)
 def max_all(ctx, self):
-    return _extreme(self, None, False, True)
+    return _max_min_all(self, True)
 
 
 @lower(aten.min.default)
 def min_all(ctx, self):
-    return _extreme(self, None, False, False)
+    return _max_min_all(self, False)
 
 
 def _value_index(self, dim, keepdim, largest):
@@ -176,17 +242,25 @@ def _value_index(self, dim, keepdim, largest):
     return values, idx
 
 
+def _max_min_dim(self, dim, keepdim, largest):
+    name = "max" if largest else "min"
+    reject(name, self.dtype, ("complex",), RuntimeError)
+    require_nonempty(name, self.shape, _axes([dim], self.ndim))
+    return _value_index(self, dim, keepdim, largest)
+
+
 @lower(aten.max.dim)
 def max_dim(ctx, self, dim, keepdim=False):
-    return _value_index(self, dim, keepdim, True)
+    return _max_min_dim(self, dim, keepdim, True)
 
 
 @lower(aten.min.dim)
 def min_dim(ctx, self, dim, keepdim=False):
-    return _value_index(self, dim, keepdim, False)
+    return _max_min_dim(self, dim, keepdim, False)
 
 
 def _arg(ctx, self, dim, keepdim, largest):
+    reject("argmax" if largest else "argmin", self.dtype, ("bool", "complex"), RuntimeError)
     if dim is None:
         return _arg_extreme(self.reshape(-1), 0, largest).reshape(ctx.out_shape)
     return _value_index(self, dim, keepdim, largest)[1]
@@ -203,7 +277,12 @@ def argmin(ctx, self, dim=None, keepdim=False):
 
 
 def _aminmax(self, dim, keepdim):
+    reject("aminmax", self.dtype, ("complex",))
     if dim is None:
+        if self.size == 0:
+            raise RuntimeError(
+                "aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity."
+            )
         axes = tuple(range(self.ndim))
         mn, mx = _extreme(self, axes, False, False), _extreme(self, axes, False, True)
         if keepdim:
@@ -211,21 +290,12 @@ def _aminmax(self, dim, keepdim):
             mn, mx = mn.reshape(shape), mx.reshape(shape)
         return mn, mx
     axes = _axes([dim], self.ndim)
+    require_nonempty("aminmax", self.shape, axes)
     return _extreme(self, axes, keepdim, False), _extreme(self, axes, keepdim, True)
 
 
 @lower(aten.aminmax.default)
 def aminmax(ctx, self, dim=None, keepdim=False):
-    return _aminmax(self, dim, keepdim)
-
-
-@lower(aten._aminmax.default)
-def _aminmax_all(ctx, self):
-    return _aminmax(self, None, False)
-
-
-@lower(aten._aminmax.dim)
-def _aminmax_dim(ctx, self, dim, keepdim=False):
     return _aminmax(self, dim, keepdim)
 
 
@@ -235,6 +305,8 @@ def _aminmax_dim(ctx, self, dim, keepdim=False):
 def _var_mean(self, dim, correction, keepdim):
     """(var, mean) in the accumulation dtype, torch's `correction` rule:
     divide by max(0, N - correction)."""
+    if _kind(self.dtype) in ("bool", "int"):
+        raise RuntimeError("std and var only support floating point and complex dtypes")
     axes = _axes(dim, self.ndim)
     acc = _acc(self.dtype)
     x = self.astype(acc)
@@ -261,12 +333,12 @@ def std(ctx, self, dim=None, correction=None, keepdim=False):
     return jnp.sqrt(_var_mean(self, dim, correction, keepdim)[0])
 
 
-@lower(aten.var_mean.correction)
+@lower(aten.var_mean.correction, aten.var_mean.correction_out)
 def var_mean(ctx, self, dim=None, correction=None, keepdim=False):
     return _var_mean(self, dim, correction, keepdim)
 
 
-@lower(aten.std_mean.correction)
+@lower(aten.std_mean.correction, aten.std_mean.correction_out)
 def std_mean(ctx, self, dim=None, correction=None, keepdim=False):
     v, m = _var_mean(self, dim, correction, keepdim)
     return jnp.sqrt(v), m
@@ -309,12 +381,12 @@ def _p(p):
     return 2 if p is None else p
 
 
-@lower(aten.norm.Scalar, static=("p",))
+@lower(aten.norm.Scalar, aten.norm.Scalar_out, static=("p",))
 def norm_scalar(ctx, self, p=2):
     return _vector_norm(self, _p(p), tuple(range(self.ndim)), False, ctx.out_dtype)
 
 
-@lower(aten.norm.ScalarOpt_dtype, static=("p",))
+@lower(aten.norm.ScalarOpt_dtype, aten.norm.ScalarOpt_dtype_out, static=("p",))
 def norm_dtype(ctx, self, p, dtype):
     self = self.astype(ctx.out_dtype)
     return _vector_norm(self, _p(p), tuple(range(self.ndim)), False, ctx.out_dtype)
@@ -346,7 +418,7 @@ def _logsumexp(x, axes, keepdim):
     return r
 
 
-@lower(aten.logsumexp.default)
+@lower(aten.logsumexp.default, aten.logsumexp.out)
 def logsumexp(ctx, self, dim, keepdim=False):
     out = ctx.out_dtype
     x = self.astype(_acc(out))
@@ -370,7 +442,7 @@ def any_dim(ctx, self, dim, keepdim=False):
     return jnp.any(_truth(self), axis=_axes([dim], self.ndim), keepdims=keepdim)
 
 
-@lower(aten.any.dims)
+@lower(aten.any.dims, aten.any.dims_out)
 def any_dims(ctx, self, dim=None, keepdim=False):
     return jnp.any(_truth(self), axis=_axes(dim, self.ndim, empty_means_all=False), keepdims=keepdim)
 
@@ -385,23 +457,27 @@ def all_dim(ctx, self, dim, keepdim=False):
     return jnp.all(_truth(self), axis=_axes([dim], self.ndim), keepdims=keepdim)
 
 
-@lower(aten.all.dims)
+@lower(aten.all.dims, aten.all.dims_out)
 def all_dims(ctx, self, dim=None, keepdim=False):
     return jnp.all(_truth(self), axis=_axes(dim, self.ndim, empty_means_all=False), keepdims=keepdim)
 
 
-@lower(aten.count_nonzero.default)
+@lower(aten.count_nonzero.default, aten.count_nonzero.out)
 def count_nonzero(ctx, self, dim=None):
     axes = tuple(range(self.ndim)) if dim is None else _axes([dim], self.ndim)
     return jnp.sum(_truth(self).astype(jnp.int64), axis=axes)
 
 
-@lower(aten.count_nonzero.dim_IntList)
+@lower(aten.count_nonzero.dim_IntList, aten.count_nonzero.dim_IntList_out)
 def count_nonzero_dims(ctx, self, dim):
     return jnp.sum(_truth(self).astype(jnp.int64), axis=_axes(dim, self.ndim))
 
 
 # ---------------------------------------------------------------- softmax family
+
+
+def _float_only(op_name, dtype):
+    reject(op_name, dtype, ("bool", "int", "complex"))
 
 
 def _softmax_parts(self, dim, acc):
@@ -426,17 +502,20 @@ def _log_softmax(self, dim, acc):
 
 @lower(aten._softmax.default)
 def softmax(ctx, self, dim, half_to_float):
+    _float_only("softmax", self.dtype)
     return _softmax(self, dim, _acc(ctx.out_dtype))
 
 
 @lower(aten._log_softmax.default)
 def log_softmax(ctx, self, dim, half_to_float):
+    _float_only("log_softmax", self.dtype)
     return _log_softmax(self, dim, _acc(ctx.out_dtype))
 
 
 @lower(aten._safe_softmax.default)
 def safe_softmax(ctx, self, dim, dtype=None):
     """softmax that gives 0 (not NaN) on rows that are entirely -inf."""
+    _float_only("softmax", ctx.out_dtype)
     x = self.astype(ctx.out_dtype)
     out = _softmax(x, dim, _acc(ctx.out_dtype))
     axis = _wrap(dim, self.ndim)
@@ -448,6 +527,7 @@ def safe_softmax(ctx, self, dim, dtype=None):
 
 @lower(aten._softmax_backward_data.default)
 def softmax_backward(ctx, grad_output, output, dim, input_dtype):
+    _float_only("softmax_backward", grad_output.dtype)
     acc = _acc(ctx.out_dtype)
     g = _as_1d(grad_output).astype(acc)
     y = _as_1d(output).astype(acc)
@@ -458,6 +538,7 @@ def softmax_backward(ctx, grad_output, output, dim, input_dtype):
 
 @lower(aten._log_softmax_backward_data.default)
 def log_softmax_backward(ctx, grad_output, output, dim, input_dtype):
+    _float_only("log_softmax_backward", grad_output.dtype)
     acc = _acc(ctx.out_dtype)
     g = _as_1d(grad_output).astype(acc)
     y = _as_1d(output).astype(acc)

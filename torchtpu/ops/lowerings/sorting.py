@@ -13,6 +13,10 @@ import torch
 from jax import lax
 
 from ..registry import lower
+from .reductions import reject, require_nonempty
+
+# Out variants with a CompositeExplicitAutograd kernel are named in the
+# decorators so that the lowering, not that kernel, runs on tpu.
 
 aten = torch.ops.aten
 
@@ -85,12 +89,13 @@ def _gather_last(arrays, pos):
 
 
 def _sort(self, dim, descending):
+    reject("sort", self.dtype, ("complex",), RuntimeError)
     x, axis = _to_last(self, dim)
     values, indices = _sort_last(x, descending)
     return _from_last(values, axis, self.ndim), _from_last(indices, axis, self.ndim)
 
 
-@lower(aten.sort.default)
+@lower(aten.sort.default, aten.sort.values)
 def sort(ctx, self, dim=-1, descending=False):
     return _sort(self, dim, descending)
 
@@ -106,6 +111,7 @@ def sort_stable(ctx, self, stable=None, dim=-1, descending=False):
 def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
     # Ties come out in input order (the CPU's order for ties depends on its
     # partial-sort internals); sorted=False may return any order, sorted is one.
+    reject("topk", self.dtype, ("bool", "complex"), RuntimeError)
     x, axis = _to_last(self, dim)
     values, indices = _sort_last(x, descending=largest)
     values, indices = values[..., :k], indices[..., :k]
@@ -117,10 +123,19 @@ def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
 
 @lower(aten.kthvalue.default)
 def kthvalue(ctx, self, k, dim=-1, keepdim=False):
+    _order_statistic("kthvalue", self, dim)
     x, axis = _to_last(self, dim)
     values, indices = _sort_last(x)
     v, i = values[..., k - 1], indices[..., k - 1]
     return _from_reduced(v, axis, self.ndim, keepdim), _from_reduced(i, axis, self.ndim, keepdim)
+
+
+def _order_statistic(op_name, self, dim):
+    """ATen's checks for kthvalue/median/nanmedian (no bool or complex; a
+    non-empty dim when reducing along one)."""
+    reject(op_name, self.dtype, ("bool", "complex"))
+    if dim is not None and self.ndim:
+        require_nonempty(op_name, self.shape, (dim % self.ndim,))
 
 
 def _median_last(x, ignore_nan):
@@ -140,6 +155,7 @@ def _median_last(x, ignore_nan):
 
 
 def _median_all(ctx, self, ignore_nan):
+    _order_statistic("median", self, None)
     x = self.reshape(-1)
     if x.size == 0:
         return jnp.full((), jnp.nan).astype(ctx.out_dtype)
@@ -147,17 +163,18 @@ def _median_all(ctx, self, ignore_nan):
 
 
 def _median_dim(self, dim, keepdim, ignore_nan):
+    _order_statistic("median", self, dim)
     x, axis = _to_last(self, dim)
     v, i = _median_last(x, ignore_nan)
     return _from_reduced(v, axis, self.ndim, keepdim), _from_reduced(i, axis, self.ndim, keepdim)
 
 
-@lower(aten.median.default)
+@lower(aten.median.default, aten.median.out)
 def median(ctx, self):
     return _median_all(ctx, self, False)
 
 
-@lower(aten.nanmedian.default)
+@lower(aten.nanmedian.default, aten.nanmedian.out)
 def nanmedian(ctx, self):
     return _median_all(ctx, self, True)
 
@@ -172,12 +189,15 @@ def nanmedian_dim(ctx, self, dim, keepdim=False):
     return _median_dim(self, dim, keepdim, True)
 
 
-@lower(aten.mode.default)
+@lower(aten.mode.default, aten.mode.values)
 def mode(ctx, self, dim=-1, keepdim=False):
     """Most frequent value along dim; among equally frequent values the
     smallest, with the index of its last occurrence (ATen's CPU kernel:
     sorted runs, first strictly longest run, index of the run's last element).
     Each NaN counts as a value of its own (NaN != NaN)."""
+    reject("mode", self.dtype, ("complex",))
+    if self.ndim:
+        require_nonempty("mode", self.shape, (dim % self.ndim,))
     x, axis = _to_last(self, dim)
     n = x.shape[-1]
     values, indices = _sort_last(x)
@@ -214,40 +234,39 @@ def cumprod(ctx, self, dim, dtype=None):
     return _scan(self, dim, ctx.out_dtype, lambda x, axis: jnp.cumprod(x, axis=axis))
 
 
-@lower(aten.logcumsumexp.default, aten._logcumsumexp.default)
+@lower(aten.logcumsumexp.default, aten.logcumsumexp.out, aten._logcumsumexp.default)
 def logcumsumexp(ctx, self, dim):
+    reject("logcumsumexp", self.dtype, ("bool", "int"))
     return _scan(self, dim, ctx.out_dtype, lambda x, axis: lax.cumlogsumexp(x, axis=axis))
 
 
 def _cum_extreme(self, dim, largest):
-    """cummax/cummin: (values, indices).  A later element replaces the
-    running one when it is >= (<=) it or is NaN, and nothing replaces a NaN
-    but a later NaN (ATen's rule), i.e. a running max under the order
-    (value with NaN on top, index)."""
+    """cummax/cummin: (values, indices), ATen's rule: a later element takes
+    over when it is >= (<=) the running value or is NaN, and nothing but a
+    later NaN takes over from a NaN.
+
+    The running value is a plain cummax/cummin (NaN-propagating).  Its index
+    is the last position j <= i where x[j] equals the running value at j:
+    that is the last occurrence of the current extreme (or the last NaN)."""
+    reject("cummax" if largest else "cummin", self.dtype, ("complex",))
     x = self.reshape(1) if self.ndim == 0 else self
     axis = dim % max(self.ndim, 1)
-    iota = lax.broadcasted_iota(_index_dtype(x.shape[axis]), x.shape, axis)
-
-    def combine(a, b):
-        va, ia = a
-        vb, ib = b
-        better = (vb >= va) if largest else (vb <= va)
-        take_b = _isnan(vb) | (~_isnan(va) & better)
-        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
-
     if x.size == 0:
-        values, indices = x, iota
-    else:
-        values, indices = lax.associative_scan(combine, (x, iota), axis=axis)
-    return values.reshape(self.shape), indices.reshape(self.shape)
+        return self, jnp.zeros(self.shape, jnp.int32)
+    work = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
+    values = (lax.cummax if largest else lax.cummin)(work, axis=axis)
+    hit = (work == values) | (_isnan(work) & _isnan(values))
+    iota = lax.broadcasted_iota(_index_dtype(x.shape[axis]), x.shape, axis)
+    indices = lax.cummax(jnp.where(hit, iota, jnp.zeros((), iota.dtype)), axis=axis)
+    return values.astype(self.dtype).reshape(self.shape), indices.reshape(self.shape)
 
 
-@lower(aten.cummax.default)
+@lower(aten.cummax.default, aten.cummax.out)
 def cummax(ctx, self, dim):
     return _cum_extreme(self, dim, True)
 
 
-@lower(aten.cummin.default)
+@lower(aten.cummin.default, aten.cummin.out)
 def cummin(ctx, self, dim):
     return _cum_extreme(self, dim, False)
 
