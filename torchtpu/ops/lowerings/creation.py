@@ -5,101 +5,14 @@ reach the backend as `empty` + `fill_`, which already runs on the device; the
 lowerings here are for the factories whose values are computed.
 """
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
 
-from ..context import LoweringContext, matmul_precision
-from ..registry import LOWERINGS, lower
-from ..schema import GENERATOR, SCALAR, schema_of
-from ..special import special
+from ..registry import lower
 
 aten = torch.ops.aten
-
-
-# ------------------------------------------------------- factory runner
-#
-# A factory op (no tensor argument, a `device=` argument) cannot go through the
-# generic dispatcher: it computes output metadata by calling the op again with
-# the same `device=tpu` (which re-enters the backend, endlessly) and it would
-# allocate on the current device rather than the requested one.  Factories are
-# therefore run here: metadata from ATen's meta kernel (device="meta"), then
-# the same lowering in a kernel cached per (op, static arguments).
-
-_factory_kernels: dict = {}
-
-
-def _device_index(device):
-    if device is None:
-        return torch.tpu.current_device()
-    device = torch.device(device)
-    if device.type != "tpu":
-        raise RuntimeError(f"torchtpu: factory for device {device} reached the tpu backend")
-    return device.index if device.index is not None else torch.tpu.current_device()
-
-
-def run_factory(op, args, kwargs):
-    """Eager call of factory `op` whose lowering is in the table."""
-    from ... import _C
-    from ...runtime import devices
-    from ..transfer import wrap
-
-    sch = schema_of(op)
-    values = sch.normalize(args, kwargs)
-    names = sch.names
-    index = _device_index(values[names.index("device")] if "device" in names else None)
-    meta_values = ["meta" if n == "device" else v for n, v in zip(names, values)]
-    for i, kind in enumerate(sch.kinds):
-        if kind is GENERATOR:
-            meta_values[i] = None
-    margs, mkwargs = sch.split(meta_values)
-    meta_out = op(*margs, **mkwargs)
-    lowering = LOWERINGS[op]
-    traced = [i for i, k in enumerate(sch.kinds) if k is SCALAR and values[i] is not None and names[i] not in lowering.static]
-    key_values = tuple(
-        type(v) if i in traced else (tuple(v) if isinstance(v, list) else v)
-        for i, v in enumerate(meta_values)
-        if sch.kinds[i] is not GENERATOR
-    )
-    precision = matmul_precision()
-    key = (op, key_values, index, precision)
-    fn = _factory_kernels.get(key)
-    if fn is None:
-        static_values = list(meta_values)
-        out_meta = [meta_out]
-
-        def kernel(*dyn):
-            vals = list(static_values)
-            for i, d in zip(traced, dyn):
-                vals[i] = d
-            rng = (dyn[-2], dyn[-1]) if lowering.random else None
-            ctx = LoweringContext(op, static_values, out_meta, precision, rng)
-            out = lowering.fn(ctx, *vals)
-            return jnp.asarray(out).astype(ctx.out_dtype).reshape(tuple(meta_out.shape))
-
-        target = jax.sharding.SingleDeviceSharding(devices.jax_device(index))
-        fn = _factory_kernels[key] = jax.jit(kernel, out_shardings=target)
-    dyn = [values[i] for i in traced]
-    if lowering.random:
-        generator = next((values[i] for i, k in enumerate(sch.kinds) if k is GENERATOR), None)
-        seed, offset = _C._next_rng(generator, index, 1)
-        dyn += [np.uint64(seed), np.uint64(offset)]
-    return wrap(fn(*dyn), meta_out.dtype, index)
-
-
-def factory(*ops, static=(), random=False):
-    """`lower` for factory overloads (no tensor inputs, a `device=` argument):
-    the lowering serves torch.compile; eager calls go through run_factory."""
-
-    def deco(fn):
-        lower(*ops, static=static, random=random)(fn)
-        for op in ops:
-            special(op)(lambda *args, _op=op, **kwargs: run_factory(_op, args, kwargs))
-        return fn
-
-    return deco
 
 
 def _is_float(dtype):
@@ -121,18 +34,18 @@ def _iota(n, dtype):
 
 # arange's length depends on the values of start/end/step, so they are part of
 # the kernel key (a traced Scalar would reuse a kernel of the wrong length).
-@factory(aten.arange.default, static=("end",))
+@lower(aten.arange.default, static=("end",))
 @lower(aten.arange.out, static=("end",))
 def arange_end(ctx, end, *rest):
     return _arange(ctx, 0, 1)
 
 
-@factory(aten.arange.start, static=("start", "end"))
+@lower(aten.arange.start, static=("start", "end"))
 def arange_start(ctx, start, end, *rest):
     return _arange(ctx, start, 1)
 
 
-@factory(aten.arange.start_step, static=("start", "end", "step"))
+@lower(aten.arange.start_step, static=("start", "end", "step"))
 @lower(aten.arange.start_out, static=("start", "end", "step"))
 def arange_start_step(ctx, start, end, step=1, *rest):
     return _arange(ctx, start, step)
@@ -149,7 +62,7 @@ def _arange(ctx, start, step):
     return (jnp.asarray(start, acc) + jnp.asarray(step, acc) * idx).astype(dtype)
 
 
-@factory(aten.linspace.default)
+@lower(aten.linspace.default)
 @lower(aten.linspace.out)
 def linspace(ctx, start, end, steps, *rest):
     return _linspace(ctx.out_dtype, start, end, steps)
@@ -182,7 +95,7 @@ def _linspace(dtype, start, end, steps):
     return val.astype(dtype)
 
 
-@factory(aten.logspace.default)
+@lower(aten.logspace.default)
 @lower(aten.logspace.out)
 def logspace(ctx, start, end, steps, base=10.0, *rest):
     """pow(base, exponent) in double, exponents as in linspace (the step is
@@ -205,37 +118,37 @@ def logspace(ctx, start, end, steps, base=10.0, *rest):
     return val.astype(dtype)
 
 
-@factory(aten.eye.default)
+@lower(aten.eye.default)
 @lower(aten.eye.out)
 def eye(ctx, n, *rest):
     return jnp.eye(n, n, dtype=ctx.out_dtype)
 
 
-@factory(aten.eye.m)
+@lower(aten.eye.m)
 @lower(aten.eye.m_out)
 def eye_m(ctx, n, m, *rest):
     return jnp.eye(n, m, dtype=ctx.out_dtype)
 
 
-@factory(aten.scalar_tensor.default)
+@lower(aten.scalar_tensor.default)
 @lower(aten.scalar_tensor.out)
 def scalar_tensor(ctx, s, *rest):
     return jnp.asarray(s).astype(ctx.out_dtype)
 
 
-@factory(aten.full.default)
+@lower(aten.full.default)
 @lower(aten.full.out)
 def full(ctx, size, fill_value, *rest):
     return jnp.full(tuple(size), jnp.asarray(fill_value).astype(ctx.out_dtype))
 
 
-@factory(aten.zeros.default)
+@lower(aten.zeros.default)
 @lower(aten.zeros.out)
 def zeros(ctx, size, *rest):
     return jnp.zeros(tuple(size), ctx.out_dtype)
 
 
-@factory(aten.ones.default)
+@lower(aten.ones.default)
 @lower(aten.ones.out)
 def ones(ctx, size, *rest):
     return jnp.ones(tuple(size), ctx.out_dtype)
@@ -249,13 +162,13 @@ def _tri_indices(row, col, offset, lower_part):
     return np.stack([r[mask], c[mask]])
 
 
-@factory(aten.tril_indices.default)
+@lower(aten.tril_indices.default)
 @lower(aten.tril_indices.out)
 def tril_indices(ctx, row, col, offset=0, *rest):
     return jnp.asarray(_tri_indices(row, col, offset, True)).astype(ctx.out_dtype)
 
 
-@factory(aten.triu_indices.default)
+@lower(aten.triu_indices.default)
 @lower(aten.triu_indices.out)
 def triu_indices(ctx, row, col, offset=0, *rest):
     return jnp.asarray(_tri_indices(row, col, offset, False)).astype(ctx.out_dtype)

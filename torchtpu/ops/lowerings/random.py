@@ -17,12 +17,11 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from jax import lax
 
 from ..registry import lower
-from .creation import factory
+
 
 aten = torch.ops.aten
 
@@ -72,9 +71,22 @@ def _standard_normal(key, shape, dtype):
 # ---------------------------------------------------------------- uniform
 
 
+def _complex_parts(dtype):
+    """The real dtype whose pairs make up a complex dtype (view_as_real)."""
+    return jnp.float64 if jnp.dtype(dtype) == jnp.complex128 else jnp.float32
+
+
+def _as_complex(pairs, dtype):
+    return lax.complex(pairs[..., 0], pairs[..., 1]).astype(dtype)
+
+
 @lower(aten.uniform.default, random=True)
 def uniform(ctx, self, from_=0.0, to=1.0, generator=None):
     dtype = self.dtype
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        # ATen draws the real and imaginary parts independently.
+        real = jnp.zeros(self.shape + (2,), _complex_parts(dtype))
+        return _as_complex(uniform(ctx, real, from_, to), dtype)
     _check_floating("check_uniform_bounds", dtype)
     info = jnp.finfo(dtype)
     for name, v in (("from", from_), ("to", to)):
@@ -103,6 +115,11 @@ def _check_std(std):
 @lower(aten.normal_.default, aten.normal.out, random=True)
 def normal_(ctx, self, mean=0.0, std=1.0, generator=None):
     dtype = self.dtype
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        # As ATen: both parts ~ N(mean, std / sqrt(2)), so E|z - mean|^2 = std^2.
+        _check_std(std)
+        real = jnp.zeros(self.shape + (2,), _complex_parts(dtype))
+        return _as_complex(normal_(ctx, real, mean, std / math.sqrt(2.0)), dtype)
     _check_floating("normal_kernel_cpu", dtype)
     _check_std(std)
     compute = _compute(dtype)
@@ -135,7 +152,7 @@ def normal_tensor_tensor(ctx, mean, std, generator=None):
     return (z * std.astype(compute) + mean.astype(compute)).astype(dtype)
 
 
-@factory(aten.normal.float_float, random=True)
+@lower(aten.normal.float_float, random=True)
 @lower(aten.normal.float_float_out, random=True)
 def normal_float_float(ctx, mean, std, size, generator=None, *rest):
     _check_std(std)
@@ -274,7 +291,7 @@ def random_to(ctx, self, to, generator=None):
     return _random_from(ctx, self, 0, to)
 
 
-@lower(aten.random.from, random=True)
+@lower(getattr(aten.random, "from"), random=True)
 def random_from(ctx, self, from_, to=None, generator=None):
     return _random_from(ctx, self, from_, to)
 
@@ -294,13 +311,13 @@ def _random_from(ctx, self, low, to):
 # -------------------------------------------------------- permutations
 
 
-@factory(aten.randperm.default, random=True)
+@lower(aten.randperm.default, random=True)
 @lower(aten.randperm.out, random=True)
 def randperm(ctx, n, *rest):
     return jax.random.permutation(ctx.rng_key(), n).astype(ctx.out_dtype)
 
 
-@factory(aten.randperm.generator, random=True)
+@lower(aten.randperm.generator, random=True)
 @lower(aten.randperm.generator_out, random=True)
 def randperm_generator(ctx, n, generator=None, *rest):
     return jax.random.permutation(ctx.rng_key(), n).astype(ctx.out_dtype)
@@ -308,19 +325,28 @@ def randperm_generator(ctx, n, generator=None, *rest):
 
 @lower(aten.multinomial.default, random=True)
 def multinomial(ctx, self, num_samples, replacement=False, generator=None):
-    """Rows of (unnormalised) probabilities -> category indices.  With
-    replacement: categorical draws; without: the Gumbel top-k trick (the same
-    distribution as successive draws without replacement)."""
-    probs = self.astype(_compute(self.dtype))
+    """Rows of (unnormalised) probabilities -> category indices.
+
+    With replacement: inverse CDF (a uniform draw per sample, searched in the
+    row's cumulative sums: O(n + samples log n) per row, never a zero-weight
+    category).  Without: the Gumbel top-k trick, which has the distribution of
+    successive draws without replacement.  The argument checks ATen does on
+    the values (negative, inf/nan, zero sum) would need a sync and are not
+    done."""
+    compute = _compute(self.dtype)
+    probs = self.astype(compute)
     if probs.ndim == 1:
         probs = probs[None]
-    logits = jnp.log(probs)
     rows, n = probs.shape
     key = ctx.rng_key()
     if replacement:
-        out = jax.random.categorical(key, logits, axis=-1, shape=(num_samples, rows)).T
+        cdf = jnp.cumsum(probs, axis=-1)
+        u = _unit(key, (rows, num_samples), compute) * cdf[:, -1:]
+        out = jax.vmap(lambda c, v: jnp.searchsorted(c, v, side="right"))(cdf, u)
+        # Rounding can put u at the very top: use the last non-zero category.
+        last = n - 1 - jnp.argmax(jnp.flip(probs > 0, axis=-1), axis=-1)
+        out = jnp.minimum(out, last[:, None])
     else:
-        gumbel = jax.random.gumbel(key, (rows, n), logits.dtype)
-        _, out = lax.top_k(logits + gumbel, num_samples)
-    out = out.astype(jnp.int64)
-    return out.reshape(ctx.out_shape)
+        gumbel = jax.random.gumbel(key, (rows, n), compute)
+        _, out = lax.top_k(jnp.log(probs) + gumbel, num_samples)
+    return out.astype(jnp.int64).reshape(ctx.out_shape)

@@ -1,1 +1,280 @@
 """Shape ops that produce new data: cat, flip, roll, tril/triu, pad, repeat, ..."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ..registry import lower
+from .indexing import wrap_dim
+
+aten = torch.ops.aten
+
+
+# ---------------------------------------------------------- cat / stack
+
+
+def _skipped_in_cat(x):
+    """ATen's legacy rule: 1-D empty tensors are ignored by cat."""
+    return x.ndim == 1 and x.shape[0] == 0
+
+
+@lower(aten.cat.default)
+def cat(ctx, tensors, dim=0):
+    dtype = ctx.out_dtype
+    arrays = [t for t in tensors if not _skipped_in_cat(t)]
+    if not arrays:
+        return jnp.zeros(ctx.out_shape, dtype)
+    dim = wrap_dim(dim, arrays[0].ndim)
+    return jnp.concatenate([a.astype(dtype) for a in arrays], axis=dim)
+
+
+@lower(aten.stack.default)
+def stack(ctx, tensors, dim=0):
+    dtype = ctx.out_dtype
+    dim = wrap_dim(dim, tensors[0].ndim + 1)
+    return jnp.stack([a.astype(dtype) for a in tensors], axis=dim)
+
+
+# ----------------------------------------------------------- flip / roll
+
+
+@lower(aten.flip.default)
+def flip(ctx, self, dims):
+    if self.ndim == 0 or not dims:
+        return self
+    axes = tuple(sorted({wrap_dim(d, self.ndim) for d in dims}))
+    return jnp.flip(self, axis=axes)
+
+
+@lower(aten.roll.default)
+def roll(ctx, self, shifts, dims=()):
+    if self.size == 0:
+        return self
+    if not dims:
+        if len(shifts) != 1:
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims: 0")
+        return jnp.roll(self.reshape(-1), shifts[0]).reshape(self.shape)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    axes = tuple(wrap_dim(d, self.ndim) for d in dims)
+    return jnp.roll(self, tuple(shifts), axis=axes)
+
+
+# --------------------------------------------------------- tril / triu
+
+
+@lower(aten.tril.default)
+def tril(ctx, self, diagonal=0):
+    return jnp.tril(self, diagonal)
+
+
+@lower(aten.triu.default)
+def triu(ctx, self, diagonal=0):
+    return jnp.triu(self, diagonal)
+
+
+# -------------------------------------------------------------- padding
+
+
+@lower(aten.constant_pad_nd.default)
+def constant_pad_nd(ctx, self, pad, value=0):
+    """pad = (last_lo, last_hi, prev_lo, prev_hi, ...); negative pads crop."""
+    n = len(pad) // 2
+    # Pad pair i applies to dim ndim-1-i.
+    config = [(0, 0, 0)] * self.ndim
+    for i in range(n):
+        config[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
+    fill = jnp.asarray(value).astype(self.dtype)
+    return lax.pad(self, fill, config)
+
+
+def _pad_widths(ndim, padding):
+    k = len(padding) // 2
+    widths = [(0, 0)] * ndim
+    for i in range(k):
+        widths[ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
+    return widths
+
+
+def _check_reflect(shape, padding, k):
+    for i in range(k):
+        size = shape[len(shape) - 1 - i]
+        lo, hi = padding[2 * i], padding[2 * i + 1]
+        if lo >= size or hi >= size:
+            raise RuntimeError(
+                f"Argument #4: Padding size should be less than the corresponding input dimension, "
+                f"but got: padding ({lo}, {hi}) at dimension {len(shape) - 1 - i} of input {list(shape)}"
+            )
+
+
+def _pad_mode(x, padding, mode):
+    """Reflection / replication padding (negative pads crop first)."""
+    widths = _pad_widths(x.ndim, padding)
+    # Negative pads crop.
+    crop = tuple(slice(-lo if lo < 0 else 0, x.shape[d] + hi if hi < 0 else x.shape[d]) for d, (lo, hi) in enumerate(widths))
+    x = x[crop]
+    widths = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
+    return jnp.pad(x, widths, mode=mode)
+
+
+def _padder(mode, k):
+    def forward(ctx, self, padding):
+        if mode == "reflect":
+            _check_reflect(self.shape, padding, k)
+        return _pad_mode(self, padding, mode)
+
+    def backward(ctx, grad_output, self, padding):
+        _, vjp = jax.vjp(lambda x: _pad_mode(x, padding, mode), self.astype(grad_output.dtype))
+        (grad,) = vjp(grad_output)
+        return grad
+
+    return forward, backward
+
+
+for _k in (1, 2, 3):
+    for _mode, _name in (("reflect", "reflection"), ("edge", "replication")):
+        _fwd, _bwd = _padder(_mode, _k)
+        lower(getattr(aten, f"{_name}_pad{_k}d").default)(_fwd)
+        lower(getattr(aten, f"{_name}_pad{_k}d_backward").default)(_bwd)
+
+
+# -------------------------------------------------------------- repeat
+
+
+@lower(aten.repeat.default)
+def repeat(ctx, self, repeats):
+    extra = len(repeats) - self.ndim
+    if extra < 0:
+        raise RuntimeError(
+            "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor"
+        )
+    x = self.reshape((1,) * extra + self.shape)
+    return jnp.tile(x, tuple(repeats))
+
+
+# ------------------------------------------------ diagonals and scatters
+
+
+def _diag_coords(n_rows, n_cols, offset):
+    """Row/column indices of diagonal `offset` of an (n_rows, n_cols) matrix."""
+    if offset >= 0:
+        length = max(min(n_rows, n_cols - offset), 0)
+        rows = np.arange(length)
+        cols = rows + offset
+    else:
+        length = max(min(n_rows + offset, n_cols), 0)
+        cols = np.arange(length)
+        rows = cols - offset
+    return rows, cols
+
+
+@lower(aten.diag_embed.default)
+def diag_embed(ctx, self, offset=0, dim1=-2, dim2=-1):
+    ndim = self.ndim + 1
+    dim1 = wrap_dim(dim1, ndim)
+    dim2 = wrap_dim(dim2, ndim)
+    if dim1 == dim2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = self.shape[-1] + abs(offset)
+    rows, cols = _diag_coords(n, n, offset)
+    out = jnp.zeros(self.shape[:-1] + (n, n), self.dtype)
+    out = out.at[..., rows, cols].set(self)
+    return jnp.moveaxis(out, (-2, -1), (dim1, dim2))
+
+
+@lower(aten.diagonal_scatter.default)
+def diagonal_scatter(ctx, self, src, offset=0, dim1=0, dim2=1):
+    dim1 = wrap_dim(dim1, self.ndim)
+    dim2 = wrap_dim(dim2, self.ndim)
+    y = jnp.moveaxis(self, (dim1, dim2), (-2, -1))
+    rows, cols = _diag_coords(y.shape[-2], y.shape[-1], offset)
+    y = y.at[..., rows, cols].set(src.astype(self.dtype))
+    return jnp.moveaxis(y, (-2, -1), (dim1, dim2))
+
+
+@lower(aten.select_scatter.default)
+def select_scatter(ctx, self, src, dim, index):
+    dim = wrap_dim(dim, self.ndim)
+    size = self.shape[dim]
+    if not -size <= index < size:
+        raise IndexError(f"select_scatter(): index {index} out of range for tensor of size {list(self.shape)} at dimension {dim}")
+    index = index % size
+    return self.at[(slice(None),) * dim + (index,)].set(src.astype(self.dtype))
+
+
+def _slice_bounds(size, start, end, step):
+    start = 0 if start is None else start
+    end = size if end is None else end
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return start, end, step
+
+
+@lower(aten.slice_scatter.default)
+def slice_scatter(ctx, self, src, dim=0, start=None, end=None, step=1):
+    dim = wrap_dim(dim, self.ndim)
+    start, end, step = _slice_bounds(self.shape[dim], start, end, step)
+    if start >= end:
+        return self
+    return self.at[(slice(None),) * dim + (slice(start, end, step),)].set(src.astype(self.dtype))
+
+
+def _dense_order(sizes, strides):
+    """Dims outermost-first if (sizes, strides) cover their memory densely
+    without overlap (what clone keeps); else None."""
+    order = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    return order
+
+
+def _storage_order(meta):
+    """Dims from outermost to innermost in `meta`'s memory, if it is dense and
+    non-overlapping (clone then keeps its strides); else None (row-major)."""
+    if meta is None or not isinstance(meta, torch.Tensor) or meta.dim() == 0:
+        return None
+    return _dense_order(tuple(meta.shape), tuple(meta.stride()))
+
+
+@lower(aten.as_strided_scatter.default)
+def as_strided_scatter(ctx, self, src, size, stride, storage_offset=None):
+    """self.clone().as_strided(size, stride, offset).copy_(src): positions are
+    in the clone's memory order (self's when dense, else row-major)."""
+    offset = 0 if storage_offset is None else storage_offset
+    order = _storage_order(ctx.meta_args[0])
+    if order is None:
+        order = list(range(self.ndim))
+    mem = jnp.transpose(self, order).reshape(-1)
+    pos = np.full(tuple(size), offset, np.int64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        pos = pos + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    mem = mem.at[pos.reshape(-1)].set(src.reshape(-1).astype(self.dtype))
+    permuted = tuple(self.shape[d] for d in order)
+    return jnp.transpose(mem.reshape(permuted), np.argsort(order))
+
+
+@lower(aten.unfold_backward.default)
+def unfold_backward(ctx, grad_in, input_sizes, dim, size, step):
+    """Sum each window's gradient back into the positions it was cut from."""
+    ndim = len(input_sizes)
+    dim = wrap_dim(dim, ndim)
+    length = input_sizes[dim] if ndim else 1
+    if ndim == 0:
+        return grad_in.reshape(())
+    g = jnp.moveaxis(grad_in, dim, -2)  # (..., windows, size)
+    windows = g.shape[-2]
+    pos = (np.arange(windows)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+    g = g.reshape(g.shape[:-2] + (windows * size,))
+    out = jnp.zeros(g.shape[:-1] + (length,), grad_in.dtype).at[..., pos].add(g)
+    return jnp.moveaxis(out, -1, dim)

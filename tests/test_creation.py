@@ -1,0 +1,145 @@
+"""Factory ops against the CPU: arange, linspace, logspace, eye, full, tri indices."""
+
+import pytest
+import torch
+import torchtpu
+from utils import TPU, assert_close
+
+
+@pytest.fixture(autouse=True)
+def _strict(no_fallback):
+    yield
+
+
+def same(make, **tol):
+    """make(device) on tpu vs on cpu: values, dtype, shape and device."""
+    actual = make(TPU)
+    expected = make(torch.device("cpu"))
+    assert_close(actual, expected, **tol)
+    return actual
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((5,), {}),
+        ((0,), {}),
+        ((2, 9), {}),
+        ((9, -3, -2), {}),
+        ((0, 1, 0.1), {}),
+        ((-1.5, 2.25, 0.25), {}),
+        ((1, 4), {"dtype": torch.float32}),
+        ((0, 3, 0.5), {"dtype": torch.bfloat16}),
+        ((10,), {"dtype": torch.int32}),
+        ((0.5, 5), {"dtype": torch.int64}),
+        ((3.0,), {}),
+    ],
+)
+def test_arange(args, kwargs):
+    same(lambda d: torch.arange(*args, device=d, **kwargs))
+
+
+def test_arange_out_and_varying_end():
+    out = torch.empty(0, device=TPU, dtype=torch.int64)
+    torch.arange(2, 7, out=out)
+    assert_close(out, torch.arange(2, 7))
+    # Different ends must give different lengths (the end is part of the kernel key).
+    for n in (3, 4, 3):
+        assert torch.arange(n, device=TPU).shape == (n,)
+
+
+def test_factories_respect_device_index():
+    for make in (
+        lambda: torch.arange(4, device="tpu:1"),
+        lambda: torch.eye(3, device="tpu:1"),
+        lambda: torch.linspace(0, 1, 5, device="tpu:1"),
+        lambda: torch.full((2,), 3.0, device="tpu:1"),
+        lambda: torch.zeros(2, device="tpu:1"),
+    ):
+        t = make()
+        assert t.device == torch.device("tpu", 1)
+        torch.testing.assert_close(t.cpu(), make().cpu())
+    with torch.tpu.device(1):
+        assert torch.arange(3, device="tpu").device == torch.device("tpu", 1)
+
+
+@pytest.mark.parametrize(
+    "start, end, steps, dtype",
+    [
+        (0, 1, 5, None),
+        (-2.5, 10, 1, None),
+        (3, -3, 0, None),
+        (0, 10, 7, torch.int64),
+        (-5, 4, 6, torch.int32),
+        (0, 1, 33, torch.bfloat16),
+        (1, 2, 8, torch.float64),
+    ],
+)
+def test_linspace(start, end, steps, dtype):
+    same(lambda d: torch.linspace(start, end, steps, device=d, dtype=dtype))
+
+
+@pytest.mark.parametrize(
+    "start, end, steps, base, dtype",
+    [(0, 2, 5, 10.0, None), (-1, 1, 4, 2.0, None), (0, 3, 4, 2.0, torch.int64), (1, 0, 3, 10.0, torch.float64)],
+)
+def test_logspace(start, end, steps, base, dtype):
+    same(lambda d: torch.logspace(start, end, steps, base=base, device=d, dtype=dtype))
+
+
+def test_eye():
+    same(lambda d: torch.eye(4, device=d))
+    same(lambda d: torch.eye(2, 5, device=d, dtype=torch.int64))
+    same(lambda d: torch.eye(3, 1, device=d, dtype=torch.bool))
+    out = torch.empty(0, device=TPU)
+    torch.eye(3, out=out)
+    assert_close(out, torch.eye(3))
+
+
+def test_full_zeros_ones_scalar_tensor():
+    same(lambda d: torch.full((2, 3), 1.5, device=d))
+    same(lambda d: torch.full((2,), 7, device=d))  # int fill -> int64
+    same(lambda d: torch.full((2,), True, device=d))
+    same(lambda d: torch.zeros(2, 3, device=d, dtype=torch.bfloat16))
+    same(lambda d: torch.ones(4, device=d, dtype=torch.int32))
+    same(lambda d: torch.scalar_tensor(2.5, device=d))
+    same(lambda d: torch.tensor(3, device=d))
+
+
+def test_like_factories():
+    x = torch.randn(2, 3)
+    for make in (torch.zeros_like, torch.ones_like, lambda t: torch.full_like(t, 4.0), lambda t: t.new_full((3,), 2)):
+        assert_close(make(x.to(TPU)), make(x))
+    assert_close(x.to(TPU).new_zeros((2, 2), dtype=torch.int64), x.new_zeros((2, 2), dtype=torch.int64))
+    assert torch.empty_like(x.to(TPU)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("row, col, offset", [(4, 3, 0), (3, 5, 1), (5, 5, -2), (0, 3, 0), (3, 3, 10)])
+def test_tri_indices(row, col, offset):
+    same(lambda d: torch.tril_indices(row, col, offset, device=d))
+    same(lambda d: torch.triu_indices(row, col, offset, device=d, dtype=torch.int32))
+
+
+def test_factories_compile_once_per_static_signature():
+    def compiles():
+        return torchtpu.kernel_cache_stats()["compiles"]
+
+    torch.linspace(0, 1, 11, device=TPU)
+    n = compiles()
+    torch.linspace(-3, 7, 11, device=TPU)  # new start/end values are traced
+    torch.full((4,), 2.0, device=TPU)
+    m = compiles()
+    torch.full((4,), -9.0, device=TPU)
+    assert compiles() == m and m == n + 1
+
+
+def test_factory_on_second_device():
+    from torchtpu.ops.transfer import materialize
+    from torchtpu.runtime import devices
+
+    x = torch.arange(5, device="tpu:1")
+    assert x.device == torch.device("tpu", 1)
+    assert materialize(x).devices() == {devices.jax_device(1)}
+    with torch.tpu.device(1):
+        y = torch.full((3,), 2.0, device="tpu")
+    assert y.device.index == 1 and materialize(y).devices() == {devices.jax_device(1)}
