@@ -1,1 +1,779 @@
-"""Pointwise math, comparisons, logical/bitwise ops, where/clamp, with torch's type promotion."""
+"""Pointwise math, comparisons, logical/bitwise ops, where/clamp, with torch's type promotion.
+
+Conventions used throughout:
+- the *result type* of an op is `ctx.result_type(...)` over its inputs (torch's
+  promotion, Python scalars and 0-dim tensors included); ops that promote
+  integers to floats (`div`, `sqrt`, ...) then go to the default float dtype;
+- math on bfloat16/float16 is done in float32 ("opmath", as torch's CPU kernels
+  do) and rounded back to the result type once, at the end;
+- the dispatcher casts what a lowering returns to the output's dtype (which
+  differs from the result type for out= and in-place calls).
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+from jax.scipy import special as jsp
+
+from ...runtime.dtypes import to_jax
+from ..registry import lower
+
+aten = torch.ops.aten
+
+BOOL = jnp.dtype(jnp.bool_)
+F32 = jnp.dtype(jnp.float32)
+_REDUCED = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+# ------------------------------------------------------------------ dtype helpers
+
+
+def is_floating(dt):
+    return jnp.issubdtype(dt, jnp.floating)
+
+
+def is_complex(dt):
+    return jnp.issubdtype(dt, jnp.complexfloating)
+
+
+def is_inexact(dt):
+    return jnp.issubdtype(dt, jnp.inexact)
+
+
+def is_signed_int(dt):
+    return jnp.issubdtype(dt, jnp.signedinteger)
+
+
+def is_integral(dt):
+    """Integer types (bool excluded)."""
+    return jnp.issubdtype(dt, jnp.integer)
+
+
+def opmath(dt):
+    """The dtype torch computes in for values of dtype `dt`."""
+    dt = jnp.dtype(dt)
+    return F32 if dt in _REDUCED else dt
+
+
+def default_float():
+    return to_jax(torch.get_default_dtype())
+
+
+def to_float(dt):
+    """INT_TO_FLOAT promotion: integers and bool become the default float dtype."""
+    dt = jnp.dtype(dt)
+    return dt if is_inexact(dt) else default_float()
+
+
+def cast(x, dt):
+    return jnp.asarray(x).astype(dt)
+
+
+def float_result(ctx, *positions):
+    return to_float(ctx.result_type(*positions))
+
+
+_TYPE_NAMES = {
+    "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+    "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64", "float16": "Half", "bfloat16": "BFloat16",
+    "float32": "Float", "float64": "Double", "complex64": "ComplexFloat", "complex128": "ComplexDouble",
+}  # fmt: skip
+
+
+def not_implemented(name, dt):
+    """torch's error for a dtype its kernel does not support (dtypes are
+    static, so this fires while the kernel is traced, i.e. at the call)."""
+    return NotImplementedError(f'"{name}" not implemented for \'{_TYPE_NAMES.get(jnp.dtype(dt).name, dt)}\'')
+
+
+def nan_max(a, b):
+    """Elementwise max that propagates NaN from either side (torch.maximum)."""
+    r = jnp.maximum(a, b)
+    if is_inexact(r.dtype):
+        r = jnp.where(jnp.isnan(a), a, jnp.where(jnp.isnan(b), b, r))
+    return r
+
+
+def nan_min(a, b):
+    r = jnp.minimum(a, b)
+    if is_inexact(r.dtype):
+        r = jnp.where(jnp.isnan(a), a, jnp.where(jnp.isnan(b), b, r))
+    return r
+
+
+# ------------------------------------------------------------ unary float ops
+
+# op -> f(x) on float inputs (computed in opmath; integer inputs promote to float).
+UNARY_FLOAT = {
+    aten.sqrt.default: jnp.sqrt,
+    aten.rsqrt.default: lambda x: 1 / jnp.sqrt(x),
+    aten.exp.default: jnp.exp,
+    aten.exp2.default: jnp.exp2,
+    aten.expm1.default: jnp.expm1,
+    aten.log.default: jnp.log,
+    aten.log2.default: jnp.log2,
+    aten.log10.default: jnp.log10,
+    aten.log1p.default: jnp.log1p,
+    aten.sin.default: jnp.sin,
+    aten.cos.default: jnp.cos,
+    aten.tan.default: jnp.tan,
+    aten.asin.default: jnp.arcsin,
+    aten.acos.default: jnp.arccos,
+    aten.atan.default: jnp.arctan,
+    aten.sinh.default: jnp.sinh,
+    aten.cosh.default: jnp.cosh,
+    aten.tanh.default: jnp.tanh,
+    aten.asinh.default: jnp.arcsinh,
+    aten.acosh.default: jnp.arccosh,
+    aten.atanh.default: jnp.arctanh,
+    aten.erf.default: lax.erf,
+    aten.erfc.default: lax.erfc,
+    aten.erfinv.default: lax.erf_inv,
+    aten.sigmoid.default: lambda x: 1 / (1 + jnp.exp(-x)),
+    aten.reciprocal.default: lambda x: 1 / x,
+    aten.lgamma.default: lax.lgamma,
+    aten.digamma.default: lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), lax.digamma(x)),
+    aten.sinc.default: jnp.sinc,
+    aten.deg2rad.default: jnp.deg2rad,
+    aten.rad2deg.default: jnp.rad2deg,
+    aten.i0.default: jsp.i0,
+}
+
+
+def _unary_float(fn):
+    def lowering(ctx, self):
+        dt = float_result(ctx, 0)
+        return fn(cast(self, opmath(dt))).astype(dt)
+
+    return lowering
+
+
+for _op, _fn in UNARY_FLOAT.items():
+    lower(_op)(_unary_float(_fn))
+
+
+# ----------------------------------------------------- unary same-dtype ops
+
+
+def _sign(x):
+    """torch.sign: (0 < x) - (x < 0); NaN and -0.0 give 0."""
+    if x.dtype == BOOL:
+        return x
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+def _sgn(x):
+    if is_complex(x.dtype):
+        mag = jnp.abs(x)
+        return jnp.where(mag == 0, jnp.zeros_like(x), x / mag.astype(x.dtype))
+    return _sign(x)
+
+
+def _rounding(fn):
+    """ceil/floor/round/trunc: the identity on integers."""
+
+    def f(x):
+        return x if not is_inexact(x.dtype) else fn(x)
+
+    return f
+
+
+UNARY_SAME = {
+    aten.neg.default: lambda x: -x,
+    aten.abs.default: jnp.abs,
+    aten.sign.default: _sign,
+    aten.sgn.default: _sgn,
+    aten.ceil.default: _rounding(jnp.ceil),
+    aten.floor.default: _rounding(jnp.floor),
+    aten.round.default: _rounding(jnp.round),  # half to even, as nearbyint
+    aten.trunc.default: _rounding(jnp.trunc),
+    aten.frac.default: lambda x: x - jnp.trunc(x),
+    aten.bitwise_not.default: lambda x: ~x,
+    aten.logical_not.default: lambda x: ~x.astype(BOOL),
+}
+
+
+# ops whose torch kernels reject some dtypes: op -> predicate on the dtype
+_REJECTS = {
+    aten.abs.default: lambda dt: dt == BOOL,
+    aten.ceil.default: lambda dt: dt == BOOL,
+    aten.floor.default: lambda dt: dt == BOOL,
+    aten.round.default: lambda dt: dt == BOOL,
+    aten.trunc.default: lambda dt: dt == BOOL,
+    aten.frac.default: lambda dt: not is_inexact(dt),
+    aten.bitwise_not.default: is_inexact,
+}
+
+
+def _unary_same(op, fn):
+    rejects = _REJECTS.get(op)
+    name = op._schema.name.split("::")[1]
+
+    def lowering(ctx, self):
+        dt = ctx.result_type(0)
+        if rejects is not None and rejects(dt):
+            raise not_implemented(name, dt)
+        r = fn(cast(self, opmath(dt)))
+        if is_complex(dt) and not is_complex(r.dtype):
+            return r  # abs of complex is real
+        return r.astype(dt)
+
+    return lowering
+
+
+for _op, _fn in UNARY_SAME.items():
+    lower(_op)(_unary_same(_op, _fn))
+
+
+@lower(aten.polygamma.default)
+def polygamma(ctx, n, self):
+    dt = float_result(ctx, 1)
+    x = cast(self, opmath(dt))
+    if n == 0:
+        return UNARY_FLOAT[aten.digamma.default](x).astype(dt)
+    return lax.polygamma(jnp.asarray(n, x.dtype), x).astype(dt)
+
+
+@lower(aten.round.decimals)
+def round_decimals(ctx, self, decimals):
+    dt = ctx.result_type(0)
+    if not is_inexact(dt):
+        raise not_implemented("round", dt)
+    m = opmath(dt)
+    x = cast(self, m)
+    scale = jnp.asarray(10.0 ** abs(decimals), dtype=m)
+    if decimals < 0:
+        r = jnp.round(x / scale) * scale
+    else:
+        r = jnp.round(x * scale) / scale
+    return r.astype(dt)
+
+
+@lower(aten.isnan.default)
+def isnan(ctx, self):
+    return jnp.isnan(self) if is_inexact(self.dtype) else jnp.zeros(self.shape, BOOL)
+
+
+@lower(aten.isinf.default)
+def isinf(ctx, self):
+    return jnp.isinf(self) if is_inexact(self.dtype) else jnp.zeros(self.shape, BOOL)
+
+
+@lower(aten.isfinite.default)
+def isfinite(ctx, self):
+    return jnp.isfinite(self) if is_inexact(self.dtype) else jnp.ones(self.shape, BOOL)
+
+
+@lower(aten.isposinf.default)
+def isposinf(ctx, self):
+    return jnp.isposinf(self) if is_floating(self.dtype) else jnp.zeros(self.shape, BOOL)
+
+
+@lower(aten.isneginf.default)
+def isneginf(ctx, self):
+    return jnp.isneginf(self) if is_floating(self.dtype) else jnp.zeros(self.shape, BOOL)
+
+
+@lower(aten.signbit.default)
+def signbit(ctx, self):
+    if is_floating(self.dtype):
+        return jnp.signbit(self)
+    if is_signed_int(self.dtype):
+        return self < 0
+    return jnp.zeros(self.shape, BOOL)
+
+
+@lower(aten.nan_to_num.default)
+def nan_to_num(ctx, self, nan=None, posinf=None, neginf=None):
+    dt = self.dtype
+    if not is_floating(dt):
+        return self
+    info = jnp.finfo(dt)
+
+    def const(v, default):  # a replacement too large for dt becomes inf, as static_cast does
+        with np.errstate(over="ignore"):
+            return np.asarray(default if v is None else v, np.float64).astype(dt)
+
+    nan_v = const(nan, 0.0)
+    pos_v = const(posinf, info.max)
+    neg_v = const(neginf, info.min)
+    x = jnp.where(jnp.isnan(self), nan_v, self)
+    x = jnp.where(jnp.isposinf(self), jnp.asarray(pos_v, dt), x)
+    return jnp.where(jnp.isneginf(self), jnp.asarray(neg_v, dt), x)
+
+
+@lower(aten.logit.default)
+def logit(ctx, self, eps=None):
+    dt = float_result(ctx, 0)
+    x = cast(self, opmath(dt))
+    if eps is not None:
+        lo = jnp.asarray(eps, x.dtype)
+        x = jnp.clip(x, lo, 1 - lo)
+        x = jnp.where(jnp.isnan(self), self.astype(x.dtype), x)
+    return jnp.log(x / (1 - x)).astype(dt)
+
+
+@lower(aten.logit_backward.default)
+def logit_backward(ctx, grad_output, self, eps=None):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    g = cast(grad_output, m)
+    x = cast(self, m)
+    inside = g / (x * (1 - x))
+    edge = (x == 0) | (x == 1)
+    inside = jnp.where(edge, g * jnp.inf, inside)
+    if eps is None or eps < 0:
+        out = jnp.where((x < 0) | (x > 1), jnp.nan, inside)
+    else:
+        out = jnp.where((x < eps) | (x > 1 - eps), 0, inside)
+    return out.astype(dt)
+
+
+# ------------------------------------------------------------- arithmetic
+
+
+@lower(aten.add.Tensor, aten.add.Scalar)
+def add(ctx, self, other, alpha=1):
+    dt = ctx.result_type(0, 1)
+    if dt == BOOL:
+        return cast(self, BOOL) | (cast(other, BOOL) & cast(alpha, BOOL))
+    m = opmath(dt)
+    return (cast(self, m) + cast(alpha, m) * cast(other, m)).astype(dt)
+
+
+@lower(aten.sub.Tensor, aten.sub.Scalar)
+def sub(ctx, self, other, alpha=1):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    return (cast(self, m) - cast(alpha, m) * cast(other, m)).astype(dt)
+
+
+@lower(aten.rsub.Tensor, aten.rsub.Scalar)
+def rsub(ctx, self, other, alpha=1):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    return (cast(other, m) - cast(alpha, m) * cast(self, m)).astype(dt)
+
+
+@lower(aten.mul.Tensor, aten.mul.Scalar)
+def mul(ctx, self, other):
+    dt = ctx.result_type(0, 1)
+    if dt == BOOL:
+        return cast(self, BOOL) & cast(other, BOOL)
+    m = opmath(dt)
+    return (cast(self, m) * cast(other, m)).astype(dt)
+
+
+@lower(aten.div.Tensor, aten.div.Scalar)
+def div(ctx, self, other):
+    dt = float_result(ctx, 0, 1)
+    m = opmath(dt)
+    return (cast(self, m) / cast(other, m)).astype(dt)
+
+
+def int_floor_div(a, b):
+    q = lax.div(a, b)  # truncates, as C
+    if not is_signed_int(a.dtype):
+        return q
+    r = lax.rem(a, b)
+    return q - ((r != 0) & ((r < 0) != (b < 0))).astype(q.dtype)
+
+
+def float_floor_div(a, b):
+    """torch's div_floor_floating: Python's float floor division."""
+    mod = lax.rem(a, b)  # fmod
+    d = (a - mod) / b
+    d = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), d - 1, d)
+    fl = jnp.floor(d)
+    fl = jnp.where(d - fl > 0.5, fl + 1, fl)
+    q = a / b
+    res = jnp.where(d != 0, fl, jnp.copysign(jnp.zeros_like(q), q))
+    return jnp.where(b == 0, q, res)
+
+
+def floor_div(a, b):
+    if is_integral(a.dtype):
+        return int_floor_div(a, b)
+    if a.dtype == BOOL:
+        raise not_implemented("div_floor", a.dtype)
+    return float_floor_div(a, b)
+
+
+def trunc_div(a, b):
+    if is_integral(a.dtype):
+        return lax.div(a, b)
+    if a.dtype == BOOL:
+        raise not_implemented("div_trunc", a.dtype)
+    return jnp.trunc(a / b)
+
+
+@lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(ctx, self, other, rounding_mode=None):
+    if rounding_mode is None:
+        return div(ctx, self, other)
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    fn = trunc_div if rounding_mode == "trunc" else floor_div
+    return fn(cast(self, m), cast(other, m)).astype(dt)
+
+
+@lower(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(ctx, self, other):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    return floor_div(cast(self, m), cast(other, m)).astype(dt)
+
+
+def remainder_values(a, b):
+    """Python's modulo: the result has the sign of the divisor."""
+    r = lax.rem(a, b)
+    if not is_signed_int(a.dtype) and not is_floating(a.dtype):
+        return r
+    return jnp.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@lower(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def remainder(ctx, self, other):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    return remainder_values(cast(self, m), cast(other, m)).astype(dt)
+
+
+@lower(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(ctx, self, other):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    return lax.rem(cast(self, m), cast(other, m)).astype(dt)
+
+
+# -------------------------------------------------------------------- pow
+
+
+def int_pow(base, exp):
+    """torch's integer pow: wrap-around square-and-multiply; a negative
+    exponent gives 0 except for bases 1 and -1."""
+    base, exp = jnp.broadcast_arrays(base, exp)
+    dt = base.dtype
+    one = jnp.ones_like(base)
+    e = jnp.where(exp < 0, jnp.zeros_like(exp), exp) if is_signed_int(dt) else exp
+
+    def body(_, carry):
+        result, b, e = carry
+        result = jnp.where((e & 1) != 0, result * b, result)
+        return result, b * b, e >> 1
+
+    bits = 8 * dt.itemsize
+    result, _, _ = lax.fori_loop(0, bits, body, (one, base, e))
+    if is_signed_int(dt):
+        odd = (exp & 1) != 0
+        neg = jnp.where(base == 1, one, jnp.where(base == -1, jnp.where(odd, -one, one), jnp.zeros_like(base)))
+        result = jnp.where(exp < 0, neg, result)
+    return result
+
+
+def pow_values(base, exp):
+    dt = base.dtype
+    if is_integral(dt):
+        return int_pow(base, exp)
+    if dt == BOOL:
+        raise not_implemented("pow", dt)
+    return jnp.power(base, exp)
+
+
+@lower(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def pow_(ctx, self, exponent):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    return pow_values(cast(self, m), cast(exponent, m)).astype(dt)
+
+
+@lower(aten.pow.Tensor_Scalar)
+def pow_tensor_scalar(ctx, self, exponent):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    x = cast(self, m)
+    e = cast(exponent, m)
+    if not is_floating(m):
+        return pow_values(x, e).astype(dt)
+    # torch evaluates these exponents exactly (x*x, sqrt, ...), not with pow().
+    r = jnp.power(x, e)
+    r = jnp.where(e == 2, x * x, r)
+    r = jnp.where(e == 3, x * x * x, r)
+    r = jnp.where(e == 0.5, jnp.sqrt(x), r)
+    r = jnp.where(e == -0.5, 1 / jnp.sqrt(x), r)
+    r = jnp.where(e == -1, 1 / x, r)
+    r = jnp.where(e == -2, 1 / (x * x), r)
+    return r.astype(dt)
+
+
+# ------------------------------------------------------- other binary math
+
+
+def _binary_float(fn, name=None):
+    """INT_TO_FLOAT binary ops; with `name`, a float-only op (integer inputs are an error)."""
+
+    def lowering(ctx, self, other):
+        dt = ctx.result_type(0, 1)
+        if name is not None and not is_inexact(dt):
+            raise not_implemented(name, dt)
+        dt = to_float(dt)
+        m = opmath(dt)
+        return fn(cast(self, m), cast(other, m)).astype(dt)
+
+    return lowering
+
+
+def _xlogy(x, y):
+    r = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log(y))
+    return jnp.where(jnp.isnan(y), y, r)
+
+
+BINARY_FLOAT = {
+    aten.atan2.default: jnp.arctan2,
+    aten.copysign.Tensor: jnp.copysign,
+    aten.copysign.Scalar: jnp.copysign,
+    aten.xlogy.Tensor: _xlogy,
+    aten.xlogy.Scalar_Other: _xlogy,
+    aten.xlogy.Scalar_Self: _xlogy,
+}
+BINARY_FLOAT_ONLY = {
+    aten.hypot.default: jnp.hypot,
+    aten.logaddexp.default: jnp.logaddexp,
+    aten.logaddexp2.default: jnp.logaddexp2,
+}
+
+for _op, _fn in BINARY_FLOAT.items():
+    lower(_op)(_binary_float(_fn))
+for _op, _fn in BINARY_FLOAT_ONLY.items():
+    lower(_op)(_binary_float(_fn, _op._schema.name.split("::")[1]))
+
+
+def _binary_same(fn, name=None):
+    """Binary ops computed in the result type; with `name`, an integer/bool-only op."""
+
+    def lowering(ctx, self, other):
+        dt = ctx.result_type(0, 1)
+        if name is not None and is_inexact(dt):
+            raise not_implemented(name, dt)
+        m = opmath(dt)
+        return fn(cast(self, m), cast(other, m)).astype(dt)
+
+    return lowering
+
+
+def _heaviside(x, values):
+    return jnp.where(x == 0, values, (x > 0).astype(x.dtype))
+
+
+BINARY_SAME = {
+    aten.maximum.default: nan_max,
+    aten.minimum.default: nan_min,
+    aten.fmax.default: jnp.fmax,
+    aten.fmin.default: jnp.fmin,
+}
+
+for _op, _fn in BINARY_SAME.items():
+    lower(_op)(_binary_same(_fn))
+
+BITWISE = {
+    aten.bitwise_and: jnp.bitwise_and,
+    aten.bitwise_or: jnp.bitwise_or,
+    aten.bitwise_xor: jnp.bitwise_xor,
+}
+
+for _packet, _fn in BITWISE.items():
+    lower(_packet.Tensor, _packet.Scalar, _packet.Scalar_Tensor)(_binary_same(_fn, _packet._qualified_op_name[6:]))
+
+
+@lower(aten.heaviside.default)
+def heaviside(ctx, self, values):
+    if ctx.meta_args[0].dtype != getattr(ctx.meta_args[1], "dtype", None):
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes")
+    dt = ctx.result_type(0, 1)
+    return _heaviside(self, values.astype(dt)).astype(dt)
+
+
+def _shift_left(a, b):
+    bits = 8 * a.dtype.itemsize
+    out_of_range = (b >= bits) | (b < 0) if is_signed_int(b.dtype) else b >= bits
+    safe = jnp.where(out_of_range, jnp.zeros_like(b), b)
+    return jnp.where(out_of_range, jnp.zeros_like(a), lax.shift_left(a, safe))
+
+
+def _shift_right(a, b):
+    bits = 8 * a.dtype.itemsize
+    if is_signed_int(a.dtype):
+        out_of_range = (b >= bits) | (b < 0)
+        safe = jnp.where(out_of_range, jnp.full_like(b, bits - 1), b)
+        return lax.shift_right_arithmetic(a, safe)
+    out_of_range = b >= bits
+    safe = jnp.where(out_of_range, jnp.zeros_like(b), b)
+    return jnp.where(out_of_range, jnp.zeros_like(a), lax.shift_right_logical(a, safe))
+
+
+for _ops, _fn in (
+    ((aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor,
+      aten.__lshift__.Tensor, aten.__lshift__.Scalar), _shift_left),
+    ((aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, aten.bitwise_right_shift.Scalar_Tensor,
+      aten.__rshift__.Tensor, aten.__rshift__.Scalar), _shift_right),
+):  # fmt: skip
+    lower(*_ops)(_binary_same(_fn, "shift"))
+
+
+# ------------------------------------------------------ comparisons, logic
+
+COMPARISONS = {
+    aten.eq: jnp.equal,
+    aten.ne: jnp.not_equal,
+    aten.lt: jnp.less,
+    aten.le: jnp.less_equal,
+    aten.gt: jnp.greater,
+    aten.ge: jnp.greater_equal,
+}
+
+
+def _comparison(fn):
+    def lowering(ctx, self, other):
+        dt = ctx.result_type(0, 1)  # compared in the promoted type, result bool
+        return fn(cast(self, dt), cast(other, dt))
+
+    return lowering
+
+
+for _packet, _fn in COMPARISONS.items():
+    lower(_packet.Tensor, _packet.Scalar)(_comparison(_fn))
+
+
+LOGICAL = {
+    aten.logical_and.default: jnp.logical_and,
+    aten.logical_or.default: jnp.logical_or,
+    aten.logical_xor.default: jnp.logical_xor,
+}
+
+
+def _logical(fn):
+    def lowering(ctx, self, other):
+        return fn(cast(self, BOOL), cast(other, BOOL))
+
+    return lowering
+
+
+for _op, _fn in LOGICAL.items():
+    lower(_op)(_logical(_fn))
+
+
+# ---------------------------------------------------- clamp, where, lerp, ...
+
+
+def clamp_values(x, lo, hi):
+    if lo is not None:
+        x = nan_max(x, lo)
+    if hi is not None:
+        x = nan_min(x, hi)
+    return x
+
+
+@lower(aten.clamp.default, aten.clamp.Tensor)
+def clamp(ctx, self, min=None, max=None):
+    dt = ctx.result_type(0, 1, 2)
+    m = opmath(dt)
+    lo = None if min is None else cast(min, m)
+    hi = None if max is None else cast(max, m)
+    return clamp_values(cast(self, m), lo, hi).astype(dt)
+
+
+@lower(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(ctx, self, min):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    return nan_max(cast(self, m), cast(min, m)).astype(dt)
+
+
+@lower(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(ctx, self, max):
+    dt = ctx.result_type(0, 1)
+    m = opmath(dt)
+    return nan_min(cast(self, m), cast(max, m)).astype(dt)
+
+
+@lower(aten.where.self)
+def where(ctx, condition, self, other):
+    dt = ctx.result_type(1, 2)
+    return jnp.where(cast(condition, BOOL), cast(self, dt), cast(other, dt))
+
+
+def lerp_values(start, end, weight):
+    """torch's lerp: two formulas, picked by |weight| < 0.5, for accuracy at both ends."""
+    diff = end - start
+    small = jnp.abs(weight) < 0.5
+    return jnp.where(small, start + weight * diff, end - diff * (1 - weight))
+
+
+@lower(aten.lerp.Scalar, aten.lerp.Tensor)
+def lerp(ctx, self, end, weight):
+    dt = ctx.result_type(0, 1)
+    if not is_inexact(dt):
+        raise not_implemented("lerp", dt)
+    m = opmath(dt)
+    return lerp_values(cast(self, m), cast(end, m), cast(weight, m)).astype(dt)
+
+
+@lower(aten.addcmul.default)
+def addcmul(ctx, self, tensor1, tensor2, value=1):
+    dt = ctx.result_type(0, 1, 2)
+    if dt == BOOL:
+        return cast(self, BOOL) | (cast(value, BOOL) & cast(tensor1, BOOL) & cast(tensor2, BOOL))
+    m = opmath(dt)
+    return (cast(self, m) + cast(value, m) * cast(tensor1, m) * cast(tensor2, m)).astype(dt)
+
+
+@lower(aten.addcdiv.default)
+def addcdiv(ctx, self, tensor1, tensor2, value=1):
+    dt = ctx.result_type(0, 1, 2)
+    m = opmath(dt)
+    return (cast(self, m) + cast(value, m) * cast(tensor1, m) / cast(tensor2, m)).astype(dt)
+
+
+# ------------------------------------------------- in-place and out= variants
+
+
+def _signature(op):
+    return [(a.name, str(a.type)) for a in op._schema.arguments if not a.is_out]
+
+
+def register_variants(module_name):
+    """Give the in-place (`foo_`) and out= overloads of every op lowered in
+    `module_name` the same lowering, explicitly.
+
+    registry.find_lowering would find it for them too, but only ops listed in
+    LOWERINGS get a direct PrivateUse1 kernel: the others are reached through
+    the boxed fallback, which loses to the CompositeExplicitAutograd(NonFunctional)
+    kernels most of them have (`add_` would run as `add` + `copy_`, and
+    `_foreach_add_` as a loop over the list).  Overloads are matched by their
+    argument signature, not by name (`pow_.Scalar` is `pow.Tensor_Scalar`)."""
+    from ..registry import LOWERINGS
+
+    for op, entry in list(LOWERINGS.items()):
+        if getattr(entry.fn, "__module__", None) != module_name:
+            continue
+        name = op._schema.name.split("::")[1]
+        if name.endswith("_"):
+            continue
+        signature = _signature(op)
+        candidates = []
+        inplace = getattr(aten, name + "_", None)
+        if inplace is not None:
+            candidates += [getattr(inplace, o) for o in inplace.overloads()]
+        packet = getattr(aten, name)
+        candidates += [
+            getattr(packet, o)
+            for o in packet.overloads()
+            if any(a.is_out for a in getattr(packet, o)._schema.arguments)
+        ]
+        for variant in candidates:
+            if variant not in LOWERINGS and _signature(variant) == signature:
+                LOWERINGS[variant] = entry
+
+
+register_variants(__name__)
