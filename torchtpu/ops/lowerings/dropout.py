@@ -1,1 +1,39 @@
-"""native_dropout and its backward."""
+"""native_dropout and its backward.
+
+Training: mask ~ Bernoulli(1 - p) from the device generator (ctx.rng_key()),
+output = input * mask * (1 / (1 - p)) (scale 0 when p == 1), computed as
+torch does (a multiplication, so NaN inputs stay NaN even where dropped).
+`train=False` returns the input and an all-True mask; `train=None` means
+training, as in ATen.
+"""
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from ..registry import lower
+
+aten = torch.ops.aten
+
+_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _scaled(x, mask, scale):
+    dtype = jnp.dtype(x.dtype)
+    acc = jnp.dtype(jnp.float32) if dtype in _LOW else dtype
+    return ((x * mask.astype(dtype)).astype(acc) * scale).astype(dtype)
+
+
+@lower(aten.native_dropout, random=True)
+def native_dropout(ctx, input, p, train):
+    if train is False:
+        return input, jnp.ones(input.shape, jnp.bool_)
+    keep = 1.0 - p
+    scale = 0.0 if keep == 0 else 1.0 / keep
+    mask = jax.random.bernoulli(ctx.rng_key(), keep, input.shape)
+    return _scaled(input, mask, scale), mask
+
+
+@lower(aten.native_dropout_backward)
+def native_dropout_backward(ctx, grad_output, mask, scale):
+    return _scaled(grad_output, mask, scale)

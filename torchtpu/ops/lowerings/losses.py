@@ -1,1 +1,198 @@
-"""Loss functions (nll, mse, bce, ...) and their backward ops."""
+"""Loss functions (nll, mse, bce, ...) and their backward ops.
+
+`reduction` is ATen's int: 0 none, 1 mean, 2 sum.  Pointwise losses are
+computed in float32 for bfloat16/float16 (torch's opmath), rounded to the
+input dtype element by element (torch materialises the unreduced loss in
+the input dtype before reducing it), then reduced in float32.
+"""
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from ..registry import lower
+
+aten = torch.ops.aten
+
+NONE, MEAN, SUM = 0, 1, 2
+_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _acc(dtype):
+    dtype = jnp.dtype(dtype)
+    return jnp.dtype(jnp.float32) if dtype in _LOW else dtype
+
+
+def _reduce(loss, reduction, dtype):
+    """torch's apply_loss_reduction on a loss materialised in `dtype`."""
+    loss = loss.astype(dtype)
+    if reduction == NONE:
+        return loss
+    acc = _acc(dtype)
+    if reduction == MEAN:
+        return jnp.mean(loss.astype(acc))
+    return jnp.sum(loss.astype(acc))
+
+
+def _norm(reduction, numel):
+    return 1.0 / numel if reduction == MEAN else 1.0
+
+
+def _operands(ctx, *xs):
+    """Inputs upcast to the op's compute dtype and broadcast together."""
+    dtype = ctx.result_type(*range(len(xs)))
+    acc = _acc(dtype)
+    xs = jnp.broadcast_arrays(*[x.astype(acc) for x in xs])
+    return dtype, acc, xs
+
+
+# ----------------------------------------------------------------- nll loss
+
+
+def _nll_pick(self, target, weight, ignore_index):
+    """Per-element (loss, weight) of nll_loss, class dim 1 (or 0 for 1-d input)."""
+    acc = _acc(self.dtype)
+    x = self.astype(acc)
+    valid = target != ignore_index
+    safe = jnp.where(valid, target, 0)
+    if x.ndim == 1:
+        picked = x[safe]
+    else:
+        picked = jnp.squeeze(jnp.take_along_axis(x, jnp.expand_dims(safe, 1), axis=1), 1)
+    w = jnp.ones_like(picked) if weight is None else weight.astype(acc)[safe]
+    w = jnp.where(valid, w, jnp.zeros((), acc))
+    loss = jnp.where(valid, -picked * w, jnp.zeros((), acc))
+    return loss, w
+
+
+def _nll_forward(ctx, self, target, weight, reduction, ignore_index):
+    loss, w = _nll_pick(self, target, weight, ignore_index)
+    if self.ndim == 1:
+        # A single sample: total_weight is its weight for every reduction.
+        total = w
+        out = loss / total if reduction == MEAN else loss
+        return out, total
+    if reduction == NONE:
+        return loss, jnp.zeros((), loss.dtype)
+    total = jnp.sum(w)
+    out = jnp.sum(loss)
+    if reduction == MEAN:
+        out = out / total
+    return out, total
+
+
+def _nll_backward(ctx, grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    acc = _acc(self.dtype)
+    valid = target != ignore_index
+    safe = jnp.where(valid, target, 0)
+    w = jnp.ones(target.shape, acc) if weight is None else weight.astype(acc)[safe]
+    g = grad_output.astype(acc)
+    value = -w * g
+    if reduction == MEAN:
+        value = value / total_weight.astype(acc)
+    value = jnp.where(valid, value, jnp.zeros((), acc))
+    classes = self.shape[1] if self.ndim > 1 else self.shape[0]
+    if self.ndim == 1:
+        hot = jnp.arange(classes) == safe
+        return jnp.where(hot, value, jnp.zeros((), acc))
+    cls_shape = (1, classes) + (1,) * (self.ndim - 2)
+    hot = jnp.arange(classes).reshape(cls_shape) == jnp.expand_dims(safe, 1)
+    return jnp.where(hot, jnp.expand_dims(value, 1), jnp.zeros((), acc))
+
+
+@lower(aten.nll_loss_forward, aten.nll_loss2d_forward)
+def nll_loss_forward(ctx, self, target, weight, reduction, ignore_index):
+    return _nll_forward(ctx, self, target, weight, reduction, ignore_index)
+
+
+@lower(aten.nll_loss_backward, aten.nll_loss2d_backward)
+def nll_loss_backward(ctx, grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    return _nll_backward(ctx, grad_output, self, target, weight, reduction, ignore_index, total_weight)
+
+
+# ------------------------------------------------------------ pointwise losses
+
+
+@lower(aten.mse_loss)
+def mse_loss(ctx, self, target, reduction=MEAN):
+    dtype, _, (x, y) = _operands(ctx, self, target)
+    d = x - y
+    return _reduce(d * d, reduction, dtype)
+
+
+@lower(aten.mse_loss_backward)
+def mse_loss_backward(ctx, grad_output, self, target, reduction):
+    dtype, _, (g, x, y) = _operands(ctx, grad_output, self, target)
+    return 2.0 * _norm(reduction, x.size) * (x - y) * g
+
+
+@lower(aten.smooth_l1_loss)
+def smooth_l1_loss(ctx, self, target, reduction=MEAN, beta=1.0):
+    dtype, _, (x, y) = _operands(ctx, self, target)
+    z = jnp.abs(x - y)
+    if beta == 0:
+        return _reduce(z, reduction, dtype)
+    loss = jnp.where(z < beta, 0.5 * z * z / beta, z - 0.5 * beta)
+    return _reduce(loss, reduction, dtype)
+
+
+@lower(aten.smooth_l1_loss_backward)
+def smooth_l1_loss_backward(ctx, grad_output, self, target, reduction, beta):
+    dtype, _, (g, x, y) = _operands(ctx, grad_output, self, target)
+    norm = _norm(reduction, x.size)
+    d = x - y
+    inner = d * g / beta if beta != 0 else jnp.zeros_like(d)
+    return norm * jnp.where(d <= -beta, -g, jnp.where(d >= beta, g, inner))
+
+
+@lower(aten.huber_loss)
+def huber_loss(ctx, self, target, reduction=MEAN, delta=1.0):
+    dtype, _, (x, y) = _operands(ctx, self, target)
+    z = jnp.abs(x - y)
+    loss = jnp.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta))
+    return _reduce(loss, reduction, dtype)
+
+
+@lower(aten.huber_loss_backward)
+def huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
+    dtype, _, (g, x, y) = _operands(ctx, grad_output, self, target)
+    norm = _norm(reduction, x.size)
+    d = x - y
+    return norm * jnp.where(d <= -delta, -g * delta, jnp.where(d >= delta, g * delta, d * g))
+
+
+@lower(aten.binary_cross_entropy)
+def binary_cross_entropy(ctx, self, target, weight=None, reduction=MEAN):
+    dtype = ctx.out_dtype
+    acc = _acc(dtype)
+    x, t = self.astype(acc), target.astype(acc)
+    log_x = jnp.maximum(jnp.log(x), -100.0)
+    log_1mx = jnp.maximum(jnp.log(1.0 - x), -100.0)
+    loss = ((t - 1.0) * log_1mx - t * log_x).astype(dtype)
+    if weight is not None:
+        loss = (loss.astype(acc) * weight.astype(acc)).astype(dtype)
+    return _reduce(loss, reduction, dtype)
+
+
+@lower(aten.binary_cross_entropy_backward)
+def binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, reduction=MEAN):
+    acc = _acc(ctx.out_dtype)
+    g, x, t = grad_output.astype(acc), self.astype(acc), target.astype(acc)
+    grad = g * (x - t) / jnp.maximum((1.0 - x) * x, 1e-12)
+    if weight is not None:
+        grad = grad * weight.astype(acc)
+    return grad * _norm(reduction, x.size)
+
+
+@lower(aten.binary_cross_entropy_with_logits)
+def binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=None, reduction=MEAN):
+    dtype = ctx.result_type(0, 1)
+    acc = _acc(dtype)
+    x, t = self.astype(acc), target.astype(acc)
+    log_sig = jax.nn.log_sigmoid(x)
+    if pos_weight is not None:
+        log_sig = log_sig * ((pos_weight.astype(acc) - 1.0) * t + 1.0)
+    loss = (1.0 - t) * x - log_sig
+    if weight is not None:
+        loss = loss * weight.astype(acc)
+    return _reduce(loss, reduction, dtype)
