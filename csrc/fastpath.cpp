@@ -76,6 +76,7 @@ struct Spec {
   py::object jitted;
   py::object donating;  // variant donating the inputs in `donated`, or None
   std::vector<int> donated;  // positions among the inputs
+  py::object checks;  // device-side check table (last output is its code), or None
   std::vector<int> input_slots;
   std::vector<FreshSpec> fresh;
   std::vector<std::pair<int, int>> writes;
@@ -99,6 +100,8 @@ struct KeyHash {
 // All of this is touched only with the GIL held.
 struct State {
   PyObject* boxes = nullptr;  // torchtpu.runtime.boxes.boxes (dict)
+  PyObject* pending_checks = nullptr;  // torchtpu.runtime.checks.pending (list)
+  py::object fold_checks;  // checks.maybe_fold
   py::object drain;  // boxes.drain
   py::object op_info;  // (name, overload) -> (kinds, static positions, fast)
   py::object slow_path;  // (name, overload, args, kwargs) -> (result, spec)
@@ -399,6 +402,7 @@ std::unique_ptr<Spec> spec_from_python(py::handle obj) {
   for (auto p : t[8]) {
     spec->donated.push_back(p.cast<int>());
   }
+  spec->checks = t[9];
   return spec;
 }
 
@@ -544,6 +548,23 @@ void run_spec(
       rethrow_python();
     }
   }
+  if (!spec.checks.is_none()) {
+    PyObject* code = PyTuple_GET_ITEM(results, spec.writes.size());
+    PyObject* item = PyTuple_Pack(2, code, spec.checks.ptr());
+    const int rc = PyList_Append(state()->pending_checks, item);
+    Py_DECREF(item);
+    if (rc != 0) {
+      rethrow_python();
+    }
+    if (PyList_GET_SIZE(state()->pending_checks) >= 128) {
+      try {
+        state()->fold_checks();
+      } catch (py::error_already_set& e) {
+        e.restore();
+        rethrow_python();
+      }
+    }
+  }
   // Returns: fresh outputs, or the (mutated) arguments themselves.
   const size_t n_args = op.schema().arguments().size();
   std::vector<c10::IValue> args_saved(
@@ -598,9 +619,10 @@ void tpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   if (call.device < 0) {
     call.device = call.requested >= 0 ? call.requested : current_device();
-    call.key.push_back(-1000 - call.device);
   }
+  call.key.push_back(-1000 - call.device);  // kernels are compiled for one device
   call.key.push_back(static_cast<int64_t>(at::globalContext().float32MatmulPrecision()));
+  call.key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
   if (call.fast) {
     auto it = s->cache.find(call.key);
     if (it != s->cache.end()) {
@@ -624,9 +646,13 @@ void init_fastpath(
     py::object boxes,
     py::object drain,
     py::object op_info_fn,
-    py::object slow_path_fn) {
+    py::object slow_path_fn,
+    py::object pending_checks,
+    py::object fold_checks) {
   State* s = state();
   s->boxes = boxes.release().ptr();
+  s->pending_checks = pending_checks.release().ptr();
+  s->fold_checks = std::move(fold_checks);
   s->drain = std::move(drain);
   s->op_info = std::move(op_info_fn);
   s->slow_path = std::move(slow_path_fn);

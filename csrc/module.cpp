@@ -15,7 +15,13 @@ namespace py = pybind11;
 namespace torchtpu {
 
 void register_hooks();
-void init_fastpath(py::object boxes, py::object drain, py::object op_info, py::object slow_path);
+void init_fastpath(
+    py::object boxes,
+    py::object drain,
+    py::object op_info,
+    py::object slow_path,
+    py::object pending_checks,
+    py::object fold_checks);
 void register_kernels(const std::vector<std::string>& names);
 std::pair<int64_t, int64_t> fastpath_stats();
 void clear_fastpath_cache();
@@ -65,7 +71,8 @@ PYBIND11_MODULE(_C, m) {
       "Install the C++ eager entry point as the PrivateUse1 fallback: "
       "(box dict, drain, op_info(name, overload) -> (kinds, static "
       "positions, fast), slow_path(name, overload, args, kwargs) -> "
-      "(result, kernel spec or None)).");
+      "(result, kernel spec or None), pending device-side checks (list), "
+      "fold them ()).");
   m.def(
       "_register_kernels",
       &register_kernels,

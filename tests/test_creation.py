@@ -124,12 +124,12 @@ def test_factories_compile_once_per_static_signature():
     def compiles():
         return torchtpu.kernel_cache_stats()["compiles"]
 
-    torch.linspace(0, 1, 11, device=TPU)
+    torch.linspace(0, 1, 13, device=TPU)
     n = compiles()
-    torch.linspace(-3, 7, 11, device=TPU)  # new start/end values are traced
-    torch.full((4,), 2.0, device=TPU)
+    torch.linspace(-3, 7, 13, device=TPU)  # new start/end values are traced
+    torch.full((4, 7), 2.0, device=TPU)
     m = compiles()
-    torch.full((4,), -9.0, device=TPU)
+    torch.full((4, 7), -9.0, device=TPU)
     assert compiles() == m and m == n + 1
 
 

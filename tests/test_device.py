@@ -238,3 +238,13 @@ def test_module_to_keeps_parameter_identity():
     p2 = torch.nn.Parameter(torch.ones(2))
     p2.data = torch.zeros(2, device="tpu")
     assert p2.device.type == "tpu" and p2.cpu().sum().item() == 0
+
+
+def test_same_program_on_two_devices():
+    """Kernels are per device: the same op and shapes on tpu:1 after tpu:0
+    must not reuse tpu:0's executable."""
+    for index in (0, 1, 0):
+        x = torch.arange(6.0, device=f"tpu:{index}").view(2, 3)
+        y = (x * 2).sum(0)
+        assert y.device.index == index
+        assert torch.equal(y.cpu(), torch.tensor([6.0, 10.0, 14.0]))

@@ -23,11 +23,11 @@ class CNN(nn.Module):
     def __init__(self, channels=3, classes=10, width=16, dropout=0.1):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(channels, width, 3, padding=1),
+            nn.Conv2d(channels, width, 3, padding=1, bias=False),  # BatchNorm follows
             nn.BatchNorm2d(width),
             nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.Conv2d(width, 2 * width, 3, padding=1, bias=False),
             nn.BatchNorm2d(2 * width),
             nn.ReLU(),
             nn.AvgPool2d(2),

@@ -26,7 +26,7 @@ def matmul_precision():
 
 
 class LoweringContext:
-    __slots__ = ("op", "meta_args", "out_meta", "precision", "_rng", "_draws")
+    __slots__ = ("op", "meta_args", "out_meta", "precision", "_rng", "_draws", "checks")
 
     def __init__(self, op, meta_args, out_meta, precision, rng=None):
         self.op = op
@@ -35,6 +35,7 @@ class LoweringContext:
         self.precision = precision
         self._rng = rng  # (seed_hi, seed_lo, offset_hi, offset_lo), traced
         self._draws = 0
+        self.checks = []  # [(traced bool, message, error class)]
 
     @property
     def out_dtype(self):
@@ -54,6 +55,12 @@ class LoweringContext:
         vals = [self.meta_args[i] for i in indices if self.meta_args[i] is not None]
         _, dtype = elementwise_dtypes(*vals, type_promotion_kind=_DEFAULT_PROMOTION)
         return to_jax(dtype)
+
+    def check(self, ok, message, error=RuntimeError):
+        """A device-side assertion: `ok` (traced, all-true when fine) must
+        hold, else `error(message)` is raised at the next synchronization
+        (like CUDA's device-side asserts; eager ops never wait for it)."""
+        self.checks.append((jnp.all(jnp.asarray(ok)), message, error))
 
     def rng_key(self):
         """A fresh JAX PRNG key for this op, from the generator's (seed, offset).

@@ -12,11 +12,12 @@ results through write plans, all inside one `jax.jit`.
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 
 from .. import _C
-from ..runtime import boxes, devices
+from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from . import plans
 from .context import LoweringContext, matmul_precision
@@ -102,9 +103,8 @@ class _Call:
         entry = self.entries[slot]
         return (sizes, strides, offset, t.dtype, slot, entry[1] if entry is not None else None, nbytes)
 
-    def key(self, sch, values, static):
+    def key(self, sch, kinds, values, static):
         parts = [sch.op]
-        kinds = sch.kinds
         for i, v in enumerate(values):
             kind = kinds[i]
             if kind is TENSOR or kind is OPT_TENSOR:
@@ -130,21 +130,29 @@ class _Call:
                 parts.append(None)
         if self.device is None:
             self.device = self.requested if self.requested is not None else _C._current_device()
-            parts.append(("device", self.device))
-        parts.append(torch.get_float32_matmul_precision())  # read at trace time
+        parts.append(self.device)  # kernels are compiled for one device
+        # read at trace time: matmul precision, and the default dtype (a
+        # factory or int->float promotion depends on it)
+        parts.append(torch.get_float32_matmul_precision())
+        parts.append(torch.get_default_dtype())
         return tuple(parts)
 
 
 class OpEntry:
     """An overload's schema, lowering and baked-in Scalar positions."""
 
-    __slots__ = ("schema", "lowering", "static")
+    __slots__ = ("schema", "lowering", "static", "kinds")
 
     def __init__(self, op):
         self.schema = schema_of(op)
         self.lowering = find_lowering(op)
         names = self.lowering.static if self.lowering is not None else ()
         self.static = frozenset(self.schema.name_to_index[n] for n in names)
+        # Argument kinds, with the lowering's traced floats made Scalars.
+        traced = self.lowering.traced if self.lowering is not None else ()
+        self.kinds = [
+            SCALAR if name in traced else kind for name, kind in zip(self.schema.names, self.schema.kinds)
+        ]
 
 
 _entries: dict = {}
@@ -174,6 +182,7 @@ class _Kernel:
         "fn",  # the traced function (for the donating variant)
         "donating",  # (jitted variant donating written inputs, flat positions) or None
         "sharding",  # where outputs live
+        "checks",  # device-side check table when the last output is a check code
         "returns",  # how to assemble the op's return value
     )
 
@@ -206,6 +215,7 @@ class _Kernel:
             self.random,
             donating,
             donated,
+            self.checks,
         )
 
     def _plan_donation(self, entries):
@@ -233,7 +243,7 @@ def run_with_kernel(op, args, kwargs):
     sch = entry.schema
     values = sch.normalize(args, kwargs)
     call = _Call()
-    key = call.key(sch, values, entry.static)
+    key = call.key(sch, entry.kinds, values, entry.static)
     kernel = _cache.get(key)
     if kernel is None:
         kernel = _build(entry, values, call)
@@ -260,6 +270,9 @@ def _execute(kernel, sch, values, call):
         seed, offset = _next_rng(call.generator, call.device, 1)
         flat.extend((seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF))
     results = kernel.jitted(*flat)
+    if kernel.checks is not None:
+        checks.pending.append((results[-1], kernel.checks))
+        checks.maybe_fold()
     if kernel.sigs is None:
         kernel.sigs = [None if r is None else boxes.signature(tuple(r.shape), np.dtype(r.dtype)) for r in results]
         kernel._plan_donation(entries)
@@ -328,7 +341,7 @@ def _meta_values(sch, values, call):
     """Arguments as meta tensors that share storage like the real ones do."""
     storages = {}
     out = []
-    for kind, v in zip(sch.kinds, values):
+    for kind, v in zip(sch.kinds, values):  # schema kinds: meta kernels take floats as floats
         if v is None:
             out.append(None)
         elif kind is TENSOR or kind is OPT_TENSOR:
@@ -378,7 +391,8 @@ def _build(entry, values, call):
     margs, mkwargs = sch.split(meta_values)
     try:
         meta_out = sch.op(*margs, **mkwargs)
-    except (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
+    except (NotImplementedError, AttributeError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
+        # (AttributeError: a broken meta kernel in PyTorch itself)
         raise Unsupported(f"no meta kernel for {sch.op}: {e}") from e
     except RuntimeError as e:
         if "data-dependent" in str(e) or "meta" in str(e).lower() and "not implemented" in str(e).lower():
@@ -429,7 +443,7 @@ def _build(entry, values, call):
 
     input_slots = [s for s, e in enumerate(call.entries) if e is not None]
     kernel.input_slots = input_slots
-    readers = _readers(sch, values, call, entry.static)
+    readers = _readers(entry.kinds, values, call, entry.static)
     lowering_positions = sch.lowering_positions
     ctx_args = [_lowering_view(meta_values)[i] for i in sch.lowering_positions]
     out_meta = [m for m, _ in expected]
@@ -459,8 +473,14 @@ def _build(entry, values, call):
             else:
                 slot = target[1]
                 slots[slot] = plans.write_view(slots.get(slot), target[2], sizes, strides, offset, value)
-        return tuple(fresh_out) + tuple(slots[s] for s in written_slots)
+        outputs = tuple(fresh_out) + tuple(slots[s] for s in written_slots)
+        if ctx.checks:
+            kernel.checks = tuple((message, error, str(op)) for _, message, error in ctx.checks)
+            ok = jnp.stack([c for c, _, _ in ctx.checks])
+            outputs += (jnp.where(jnp.all(ok), -1, jnp.argmin(ok)).astype(jnp.int32),)
+        return outputs
 
+    kernel.checks = None
     kernel.writes = [t[:2] for t in write_targets if t is not None and t[0] != "slot"]
     kernel.writes += [("slot", s) for s in written_slots]
     kernel.fn = kernel_fn
@@ -558,7 +578,7 @@ def _mutation_target(kernel, call, position, real, meta, single):
     return ("slot", call.slot_of[address], nbytes)
 
 
-def _readers(sch, values, call, static):
+def _readers(kinds, values, call, static):
     """Per argument, a function (arrays, dyn) -> the lowering's argument."""
     readers = []
     dyn_index = [0]
@@ -573,7 +593,7 @@ def _readers(sch, values, call, static):
         dtype = to_jax(t.dtype)
         return lambda arrays, dyn: plans.read_view(arrays.get(slot), sizes, strides, offset, dtype)
 
-    for i, (kind, v) in enumerate(zip(sch.kinds, values)):
+    for i, (kind, v) in enumerate(zip(kinds, values)):
         if kind is TENSOR or kind is OPT_TENSOR:
             readers.append(_const(None) if v is None else tensor_reader(v))
         elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
@@ -624,10 +644,7 @@ def _conform(value, m, op):
         value = value.astype(dtype)
     shape = tuple(m.shape)
     if value.shape != shape:
-        try:
-            value = jax.numpy.broadcast_to(value, shape)
-        except ValueError:
-            raise RuntimeError(
-                f"torchtpu: lowering of {op} returned shape {value.shape}, ATen expects {shape}"
-            ) from None
+        if 0 in shape:  # nothing to get wrong: placeholder outputs may be scalars
+            return jnp.zeros(shape, dtype)
+        raise RuntimeError(f"torchtpu: lowering of {op} returned shape {value.shape}, ATen expects {shape}")
     return value

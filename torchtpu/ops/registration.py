@@ -75,7 +75,7 @@ def op_info(name: str, overload: str):
 
     op = resolve(name, overload)
     entry = dispatch.entry_of(op)
-    kinds = [_KIND_CODES[k] for k in entry.schema.kinds]
+    kinds = [_KIND_CODES[k] for k in entry.kinds]
     fast = entry.lowering is not None and (op not in special.HANDLERS or op in special.GENERIC_WHEN)
     return kinds, sorted(entry.static), fast
 
@@ -115,21 +115,31 @@ def ensure_loaded():
 
         devices.init()
         from . import lowerings, special, transfer  # noqa: F401  (fill the tables)
-        from .registry import LOWERINGS
+        from .registry import LOWERINGS, find_lowering, known_to_dispatcher, variants
 
         transfer_ops = {"aten::" + name for name in _TRANSFER_KERNELS}
-        names = ["copy_"]  # served by transfer.copy_ unless both sides are one tpu device
-        for op in list(LOWERINGS) + list(special.HANDLERS):
-            if op.namespace != "aten" or op.name() in transfer_ops or _is_composite_implicit(op):
+        names = {"copy_"}  # served by transfer.copy_ unless both sides are one tpu device
+        # Every overload a lowering serves (its in-place and out= variants too)
+        # gets the C++ entry point as its kernel, so it wins over the
+        # overload's CompositeExplicitAutograd kernel (`add_` would otherwise
+        # run as `add` + `copy_`, `_foreach_add_` as a loop).
+        ops = {v for op in LOWERINGS for v in variants(op) if find_lowering(v) is not None}
+        ops.update(special.HANDLERS)
+        for op in ops:
+            if op.namespace != "aten" or op.name() in transfer_ops or not known_to_dispatcher(op):
+                continue
+            if _is_composite_implicit(op):
                 continue
             overload = op._overloadname
-            names.append(op._schema.name.split("::")[1] + ("" if overload == "default" else "." + overload))
-        _C._register_kernels(sorted(set(names)))
+            names.add(op._schema.name.split("::")[1] + ("" if overload == "default" else "." + overload))
+        _C._register_kernels(sorted(names))
         _loaded = True
 
 
 def install():
     """Called at `import torchtpu`: cheap registrations only."""
-    _C._init_fastpath(boxes.boxes, boxes.drain, op_info, slow_path)
+    from ..runtime import checks
+
+    _C._init_fastpath(boxes.boxes, boxes.drain, op_info, slow_path, checks.pending, checks.maybe_fold)
     for aten_name, fn_name in _TRANSFER_KERNELS.items():
         _aten_lib.impl(aten_name, _lazy_transfer(fn_name), "PrivateUse1")

@@ -23,9 +23,19 @@ class Lowering:
     fn: object
     static: frozenset = field(default_factory=frozenset)  # Scalar args baked into the kernel
     random: bool = False  # needs ctx.rng_key()
+    traced: frozenset = field(default_factory=frozenset)  # float args passed traced, like Scalars
 
 
 LOWERINGS: dict = {}
+
+
+def known_to_dispatcher(op) -> bool:
+    """False for TorchScript-only overloads (e.g. `index.Tensor_hacked_twin`)."""
+    try:
+        torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CPU")
+        return True
+    except RuntimeError:
+        return False
 
 
 def _overloads(target):
@@ -34,12 +44,16 @@ def _overloads(target):
     return [target]
 
 
-def lower(*targets, static=(), random=False):
+def lower(*targets, static=(), random=False, traced=()):
     """Register `fn` as the lowering of these overloads (a packet means all of
-    its overloads that have no lowering of their own)."""
+    its overloads that have no lowering of their own).
+
+    static: Scalar arguments whose values the lowering needs in Python (baked
+    into the kernel).  traced: `float` arguments that change from call to call
+    (e.g. a momentum) and so are passed traced instead of baked in."""
 
     def deco(fn):
-        entry = Lowering(fn, frozenset(static), random)
+        entry = Lowering(fn, frozenset(static), random, frozenset(traced))
         for target in targets:
             explicit = not isinstance(target, torch._ops.OpOverloadPacket)
             for op in _overloads(target):
@@ -50,28 +64,32 @@ def lower(*targets, static=(), random=False):
     return deco
 
 
+def _signature(op):
+    """Argument names and types, without mutability and out= arguments."""
+    return [(a.name, str(a.type)) for a in op._schema.arguments if not a.is_out]
+
+
 def _functional_candidates(op):
-    """Overloads whose lowering can serve a mutating or out= overload."""
-    schema = op._schema
-    name = schema.name.split("::")[1]
-    overload = schema.overload_name
-    packet_name = name[:-1] if name.endswith("_") else name
-    packet = getattr(aten, packet_name, None)
-    if packet is not None and name.endswith("_"):
-        if overload and hasattr(packet, overload):
-            yield getattr(packet, overload)
-        elif hasattr(packet, "default"):
-            yield packet.default
-    if packet is not None and any(a.is_out for a in schema.arguments):
-        signature = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+    """Overloads whose lowering can serve a mutating or out= overload: same
+    arguments in `foo` (for `foo_` / `foo.out`) or `foo_functional`."""
+    name = op._schema.name.split("::")[1]
+    base = name[:-1] if name.endswith("_") else name
+    mutating = name.endswith("_") or any(a.is_out for a in op._schema.arguments) or any(
+        a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments
+    )
+    if not mutating:
+        return
+    signature = _signature(op)
+    for packet_name in (base, base + "_functional"):
+        packet = getattr(aten, packet_name, None)
+        if packet is None:
+            continue
         for candidate in _overloads(packet):
-            if candidate is op or any(a.is_out for a in candidate._schema.arguments):
+            schema = candidate._schema
+            if candidate is op or any(a.is_out for a in schema.arguments):
                 continue
-            if [(a.name, str(a.type)) for a in candidate._schema.arguments] == signature:
+            if _signature(candidate) == signature:
                 yield candidate
-    functional = getattr(aten, packet_name + "_functional", None)
-    if functional is not None:
-        yield from _overloads(functional)
 
 
 def find_lowering(op):
@@ -84,3 +102,15 @@ def find_lowering(op):
         if entry is not None:
             return entry
     return None
+
+
+def variants(op):
+    """`op` and the in-place, out= and non-functional overloads it serves."""
+    name = op._schema.name.split("::")[1]
+    base = name[: -len("_functional")] if name.endswith("_functional") else name
+    out = []
+    for packet_name in (base, base + "_"):
+        packet = getattr(aten, packet_name, None)
+        if packet is not None:
+            out.extend(_overloads(packet))
+    return [v for v in out if v is op or (v not in LOWERINGS and op in _functional_candidates(v))]

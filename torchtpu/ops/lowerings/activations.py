@@ -12,7 +12,7 @@ import torch
 from jax import lax
 
 from ..registry import lower
-from .elementwise import cast, clamp_values, nan_max, opmath, register_variants
+from .elementwise import cast, clamp_values, nan_max, opmath
 
 aten = torch.ops.aten
 
@@ -312,6 +312,3 @@ def glu_backward(ctx, grad_output, self, dim):
     grad_a = g * s
     grad_b = g * a * s * (1 - s)
     return jnp.concatenate([grad_a, grad_b], axis=dim).astype(dt)
-
-
-register_variants(__name__)

@@ -4,7 +4,7 @@ Each foreach overload is the elementwise lowering of one aten op applied to
 the i-th element of every list argument (and the shared Scalar / Tensor
 arguments), with a per-element LoweringContext so type promotion and output
 dtypes are those of the i-th call.  In-place (`_foreach_add_.List`) and out=
-overloads get the functional lowering (elementwise.register_variants), so
+overloads get the functional lowering (registry.variants, registered by the core), so
 `_foreach_add_` is one kernel, not torch's per-tensor composite loop.
 """
 
@@ -15,7 +15,6 @@ from ..context import LoweringContext
 from ..registry import lower
 from ..special import special
 from . import elementwise as ew
-from .elementwise import register_variants
 
 aten = torch.ops.aten
 
@@ -266,6 +265,3 @@ def foreach_max(ctx, self):
             m = jnp.where(jnp.any(jnp.isnan(t)), jnp.asarray(jnp.nan, t.dtype), m)
         out.append(m)
     return out
-
-
-register_variants(__name__)

@@ -82,7 +82,7 @@ def _bn_eval(input, weight, bias, running_mean, running_var, eps):
     return _bn_apply(x, mean, invstd, weight, bias, acc), mean, invstd
 
 
-@lower(aten._native_batch_norm_legit_functional)
+@lower(aten._native_batch_norm_legit_functional, traced=("momentum",))  # momentum=None: 1/steps
 def native_batch_norm_legit_functional(ctx, input, weight, bias, running_mean, running_var, training, momentum, eps):
     if not training:
         out, mean, invstd = _bn_eval(input, weight, bias, running_mean, running_var, eps)
