@@ -248,3 +248,20 @@ def test_same_program_on_two_devices():
         y = (x * 2).sum(0)
         assert y.device.index == index
         assert torch.equal(y.cpu(), torch.tensor([6.0, 10.0, 14.0]))
+
+
+def test_value_errors_are_device_side_checks():
+    """Errors that depend on tensor values (indices, class labels) are raised
+    at the next synchronization, with PyTorch's type and message."""
+    import torch.nn.functional as F
+
+    w = torch.randn(4, 3, device="tpu")
+    out = F.embedding(torch.tensor([1, 7], device="tpu"), w)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        out.cpu()
+    logits = torch.randn(2, 3, device="tpu")
+    loss = F.cross_entropy(logits, torch.tensor([0, 5], device="tpu"))
+    with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+        loss.item()
+    ok = F.cross_entropy(logits, torch.tensor([0, -100], device="tpu"))  # ignore_index is fine
+    assert torch.isfinite(ok.cpu())

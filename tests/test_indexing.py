@@ -49,6 +49,7 @@ def test_index_select_out_of_range(bad):
     x = torch.randn(5, 2).to(TPU)
     with pytest.raises(IndexError, match="index out of range in self"):
         x.index_select(0, torch.tensor([0, bad]).to(TPU))
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
 
 
 # --------------------------------------------------------------- gather
@@ -72,29 +73,34 @@ def test_gather_out_of_range():
     x = torch.randn(3, 3).to(TPU)
     with pytest.raises(RuntimeError, match="index 3 is out of bounds for dimension 0 with size 3"):
         x.gather(0, torch.tensor([[0, 3]]).to(TPU))
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     with pytest.raises(RuntimeError, match="index -1 is out of bounds"):
         x.gather(1, torch.tensor([[-1]]).to(TPU))
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
 
 
-def test_unchecked_gather_fills_instead_of_clamping():
+def test_index_errors_surface_at_the_next_sync():
+    """As with CUDA's device-side asserts: the op itself does not wait, the
+    error is raised by the next synchronization, and the device stays usable."""
     x = torch.randn(3, 3).to(TPU)
     good = torch.tensor([[0, 2, 1]]).to(TPU)
     bad = torch.tensor([[0, 3, 1]]).to(TPU)
-    indexing.set_index_checks(False)
-    try:
-        for _ in range(3):  # plain kernel calls, cached by the C++ entry point
-            x.gather(0, good)
-        out = x.gather(0, bad).cpu()
-        y = x[bad[0]].cpu()
-    finally:
-        indexing.set_index_checks(True)
-    assert torch.isnan(out[0, 1]) and not torch.isnan(out[0, 0])
-    assert torch.isnan(y[1]).all() and not torch.isnan(y[0]).any()
-    # Checks back on: the kernels cached meanwhile must not bypass them.
-    with pytest.raises(RuntimeError, match="out of bounds"):
-        x.gather(0, bad)
+    for _ in range(3):  # plain kernel calls, cached by the C++ entry point
+        x.gather(0, good)
+    out = x.gather(0, bad)  # returns at once
+    y = x[bad[0]]
+    with pytest.raises(RuntimeError, match="index 3 is out of bounds for dimension 0 with size 3"):
+        out.cpu()
+    # The failure was reported once; later work runs normally.
+    assert torch.equal(x.gather(0, good).cpu(), x.cpu().gather(0, good.cpu()))
+    del y
     with pytest.raises(IndexError, match="out of bounds"):
-        x[bad[0]]
+        x[bad[0]].sum().item()
+    for _ in range(200):  # many pending checks are folded on the device
+        x.gather(0, good)
+    x.gather(0, bad)
+    with pytest.raises(RuntimeError, match="index 3 is out of bounds"):
+        torch.tpu.synchronize()
 
 
 # -------------------------------------------------------------- scatter
@@ -163,8 +169,10 @@ def test_scatter_out_of_range():
     x = torch.zeros(3, 3).to(TPU)
     with pytest.raises(RuntimeError, match="index 3 is out of bounds for dimension 1 with size 3"):
         x.scatter_(1, torch.tensor([[3]]).to(TPU), 1.0)
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     with pytest.raises(RuntimeError, match="out of bounds"):
         x.scatter_add(0, torch.tensor([[-1]]).to(TPU), torch.ones(1, 1).to(TPU))
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     assert x.cpu().eq(0).all()
 
 
@@ -201,14 +209,17 @@ def test_index_with_cpu_indices():
     torch.testing.assert_close(actual.cpu(), expected)
     with pytest.raises(IndexError, match="index 4 is out of bounds for dimension 0 with size 4"):
         x.to(TPU)[torch.tensor([4])]
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
 
 
 def test_index_out_of_range():
     x = torch.randn(4, 5).to(TPU)
     with pytest.raises(IndexError, match="index 5 is out of bounds for dimension 1 with size 5"):
         x[:, torch.tensor([1, 5]).to(TPU)]
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     with pytest.raises(IndexError, match="index -5 is out of bounds for dimension 0 with size 4"):
         x[torch.tensor([-5]).to(TPU)]
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     with pytest.raises(IndexError, match="too many indices"):
         x[torch.tensor([0]).to(TPU), torch.tensor([0]).to(TPU), torch.tensor([0]).to(TPU)]
 
@@ -271,6 +282,7 @@ def test_index_put_errors():
     x = torch.zeros(3, 2).to(TPU)
     with pytest.raises(IndexError, match="index 3 is out of bounds"):
         x[torch.tensor([3]).to(TPU)] = 1.0
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match"):
         x.index_put_((torch.tensor([0]).to(TPU),), torch.tensor([1]).to(TPU))
     assert x.cpu().eq(0).all()
@@ -341,10 +353,13 @@ def test_index_add_out_of_range():
     x = torch.zeros(3, 2).to(TPU)
     with pytest.raises(RuntimeError, match="index 3 is out of bounds for dimension 0 with size 3"):
         x.index_add_(0, torch.tensor([3]).to(TPU), torch.ones(1, 2).to(TPU))
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     with pytest.raises(IndexError, match=r"index_copy_\(\): index -1 is out of bounds"):
         x.index_copy_(0, torch.tensor([-1]).to(TPU), torch.ones(1, 2).to(TPU))
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     with pytest.raises(IndexError, match="index -4 is out of bounds"):
         x.index_fill_(0, torch.tensor([-4]).to(TPU), 1.0)
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
 
 
 # ------------------------------------------------------------ take/put
@@ -367,8 +382,10 @@ def test_take_put_grad_and_errors():
     y = torch.zeros(3, 4).to(TPU)
     with pytest.raises(IndexError, match="out of range: tried to access index 12 on a tensor of 12 elements"):
         y.take(torch.tensor([12]).to(TPU))
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
     with pytest.raises(IndexError, match="out of range"):
         y.put_(torch.tensor([-13]).to(TPU), torch.ones(1).to(TPU))
+        torch.tpu.synchronize()  # device-side check: reported at the next sync
 
 
 # -------------------------------------------------- boolean / data-dependent

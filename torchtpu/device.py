@@ -87,6 +87,9 @@ def synchronize(device=None) -> None:
     import jax
 
     jax.block_until_ready(arrays)
+    from .runtime import checks
+
+    checks.flush()
 
 
 def _synchronize_hook(index: int) -> None:

@@ -35,7 +35,7 @@ class LoweringContext:
         self.precision = precision
         self._rng = rng  # (seed_hi, seed_lo, offset_hi, offset_lo), traced
         self._draws = 0
-        self.checks = []  # [(traced bool, message, error class)]
+        self.checks = []  # [(traced ok, traced value, message, error class)]
 
     @property
     def out_dtype(self):
@@ -56,11 +56,26 @@ class LoweringContext:
         _, dtype = elementwise_dtypes(*vals, type_promotion_kind=_DEFAULT_PROMOTION)
         return to_jax(dtype)
 
-    def check(self, ok, message, error=RuntimeError):
+    def check(self, ok, message, error=RuntimeError, value=None):
         """A device-side assertion: `ok` (traced, all-true when fine) must
         hold, else `error(message)` is raised at the next synchronization
-        (like CUDA's device-side asserts; eager ops never wait for it)."""
-        self.checks.append((jnp.all(jnp.asarray(ok)), message, error))
+        (like CUDA's device-side asserts; eager ops never wait for it).
+        `value` (a traced integer) fills `{value}` in the message."""
+        ok = jnp.all(jnp.asarray(ok))
+        value = jnp.zeros((), jnp.int64) if value is None else jnp.asarray(value).astype(jnp.int64).reshape(())
+        self.checks.append((ok, value, message, error))
+
+    def check_index(self, index, size, message, error=IndexError, negative_ok=True):
+        """Device-side range check of an integer index array against a dim of
+        `size` (negative indices from the end where `negative_ok`); the
+        message may name the first bad index as `{value}`."""
+        index = jnp.asarray(index)
+        if index.size == 0:
+            return
+        low = -size if negative_ok else 0
+        bad = ((index < low) | (index >= size)).reshape(-1)
+        first = index.reshape(-1)[jnp.argmax(bad)]
+        self.check(~jnp.any(bad), message, error, value=first)
 
     def rng_key(self):
         """A fresh JAX PRNG key for this op, from the generator's (seed, offset).

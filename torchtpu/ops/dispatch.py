@@ -475,9 +475,8 @@ def _build(entry, values, call):
                 slots[slot] = plans.write_view(slots.get(slot), target[2], sizes, strides, offset, value)
         outputs = tuple(fresh_out) + tuple(slots[s] for s in written_slots)
         if ctx.checks:
-            kernel.checks = tuple((message, error, str(op)) for _, message, error in ctx.checks)
-            ok = jnp.stack([c for c, _, _ in ctx.checks])
-            outputs += (jnp.where(jnp.all(ok), -1, jnp.argmin(ok)).astype(jnp.int32),)
+            kernel.checks = tuple((message, error, str(op)) for _, _, message, error in ctx.checks)
+            outputs += (checks.check_code(ctx.checks),)
         return outputs
 
     kernel.checks = None

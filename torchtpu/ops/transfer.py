@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from .. import _C
-from ..runtime import boxes, devices
+from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import numpy_to_torch, to_jax, torch_to_numpy
 from . import dispatch, plans
 from .special import special
@@ -106,6 +106,7 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
             return dst
         return _copy_array_into(dst, from_host(src, dst.device.index), src.dtype)
     if src_tpu:
+        checks.flush()  # a host read: report failed device-side checks first
         host = to_host(materialize(src))
         return dst.copy_(host)
     raise RuntimeError(f"torchtpu: copy_ between {dst.device} and {src.device}")
@@ -128,6 +129,7 @@ def copy_from_and_resize(src, dst):
 
 
 def local_scalar_dense(t: torch.Tensor):
+    checks.flush()
     value = np.asarray(materialize(t)).reshape(()).item()
     if t.dtype.is_floating_point:
         return float(value)

@@ -189,13 +189,12 @@ def _warn_uint8(idx):
         )
 
 
-def _prepare_indices(self, indices, check):
+def _prepare_indices(self, indices):
     """Indices for the integer lowering: masks -> nonzero columns, host index
-    tensors -> device, ranges checked (`check`).  Returns a list or None if
-    the call needs the CPU (a 0-dim mask)."""
+    tensors -> device (the lowering range-checks them on the device).
+    Returns a list or None if the call needs the CPU (a 0-dim mask)."""
     device = self.device
     out = []
-    items = []
     d = 0
     for idx in indices:
         if idx is None:
@@ -217,20 +216,16 @@ def _prepare_indices(self, indices, check):
             continue
         if idx.dtype not in (torch.int64, torch.int32):
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
-        size = self.shape[d] if d < self.dim() else 0
-        if check:
-            items.append((idx, size, True, indexing._dim_error(d, size)))
         if idx.device != device and idx.dim() > 0:
             idx = idx.to(device)
         out.append(idx)
         d += 1
     if d > self.dim():
         raise IndexError(f"too many indices for tensor of dimension {self.dim()}")
-    indexing.check_bounds(items)
     return out
 
 
-def _index_handler(op, check):
+def _index_handler(op):
     sch = schema_of(op)
 
     def handler(*args, **kwargs):
@@ -238,7 +233,7 @@ def _index_handler(op, check):
 
         values = sch.normalize(args, kwargs)
         self, indices = values[0], values[1]
-        new = _prepare_indices(self, list(indices), check)
+        new = _prepare_indices(self, list(indices))
         if new is None:
             return fallback.run_on_cpu(op, args, kwargs)
         values[1] = new
@@ -247,14 +242,12 @@ def _index_handler(op, check):
     return handler
 
 
-def _plain_indices(check, put=False):
-    """generic_when: integer indices on the device (and, for checked ops,
-    range checks off; for puts, matching dtypes, which ATen's meta kernel
-    does not check) make an ordinary kernel call."""
+def _plain_indices(put=False):
+    """generic_when: integer indices on the device (for puts, with matching
+    dtypes, which ATen's meta kernel does not check) make an ordinary kernel
+    call."""
 
     def predicate(*args, **kwargs):
-        if check and indexing.index_checks_enabled():
-            return False
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
         if any(i is not None and i.dtype in _MASK_DTYPES for i in indices):
             return False
@@ -268,8 +261,8 @@ def _plain_indices(check, put=False):
 
 
 for _op in (aten.index.Tensor, aten.index.Tensor_out):
-    special(_op, generic_when=_plain_indices(True))(_index_handler(_op, True))
-special(aten._unsafe_index.Tensor, generic_when=_plain_indices(False))(_index_handler(aten._unsafe_index.Tensor, False))
+    special(_op, generic_when=_plain_indices())(_index_handler(_op))
+special(aten._unsafe_index.Tensor, generic_when=_plain_indices())(_index_handler(aten._unsafe_index.Tensor))
 
 
 def _masked_fill_fast_path(op, self, indices, values, accumulate):
@@ -298,7 +291,7 @@ def _masked_fill_fast_path(op, self, indices, values, accumulate):
     return self.masked_fill_(mask, value) if inplace else self.masked_fill(mask, value)
 
 
-def _index_put_handler(op, check):
+def _index_put_handler(op):
     sch = schema_of(op)
     is_out = any(a.is_out for a in op._schema.arguments)
 
@@ -317,7 +310,7 @@ def _index_put_handler(op, check):
             done = _masked_fill_fast_path(op, self, indices, vals, accumulate)
             if done is not None:
                 return done
-        new = _prepare_indices(self, indices, check)
+        new = _prepare_indices(self, indices)
         if new is None:
             return fallback.run_on_cpu(op, args, kwargs)
         values[1] = new
@@ -351,9 +344,9 @@ for _op in (
     aten._index_put_impl.out,
     aten._index_put_impl_.default,
 ):
-    special(_op, generic_when=_plain_indices(True, put=True))(_index_put_handler(_op, True))
-special(aten._unsafe_index_put.default, generic_when=_plain_indices(False, put=True))(
-    _index_put_handler(aten._unsafe_index_put.default, False)
+    special(_op, generic_when=_plain_indices(put=True))(_index_put_handler(_op))
+special(aten._unsafe_index_put.default, generic_when=_plain_indices(put=True))(
+    _index_put_handler(aten._unsafe_index_put.default)
 )
 
 

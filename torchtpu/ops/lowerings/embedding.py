@@ -16,8 +16,11 @@ _LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 @lower(aten.embedding)
 def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    # padding_idx only affects the gradient.
-    return jnp.take(weight, indices, axis=0, mode="clip")
+    # padding_idx only affects the gradient.  Out-of-range rows raise at the
+    # next sync (device-side check) and read as NaN, never as a clamped row.
+    n = weight.shape[0]
+    ctx.check_index(indices, n, "index out of range in self", IndexError, negative_ok=False)
+    return jnp.take(weight, jnp.where(indices < 0, n, indices), axis=0, mode="fill")
 
 
 @lower(aten.embedding_dense_backward)

@@ -1,14 +1,12 @@
 """Indexing and scatter families: index_select, gather, scatter, index, index_put, masked_fill, ...
 
 Out-of-range indices.  XLA never faults: a gather clamps or fills, a scatter
-drops.  PyTorch raises instead, so eager calls go through `special` handlers
-that check the index range first (an IndexError/RuntimeError with CPU's
-message) and then run the lowering.  The check costs one small reduction and
-a device->host sync per call (index tensors that are on the host are checked
-there for free); `set_index_checks(False)` or TORCHTPU_INDEX_CHECKS=0 skips
-it.  Unchecked (and under torch.compile), an out-of-range gather yields the
-fill value (NaN for floating types, the dtype's minimum for integers) and an
-out-of-range scatter element is dropped: never a silently clamped value.
+drops.  PyTorch raises instead, so each lowering range-checks its indices
+with a device-side check (`ctx.check_index`): the error, with CPU's type and
+message, is raised at the next synchronization, as CUDA reports its
+device-side asserts -- no eager op waits for it.  The out-of-range elements
+themselves read as a fill value (NaN for floating types, the dtype's minimum
+for integers) and out-of-range scatter elements are dropped, never clamped.
 """
 
 import os
@@ -84,73 +82,9 @@ def _highest(dtype):
 
 # -------------------------------------------------------- bounds checks
 
-_checks_enabled = os.environ.get("TORCHTPU_INDEX_CHECKS", "1").strip().lower() not in ("0", "false", "off", "no")
 
-
-def set_index_checks(enabled: bool) -> None:
-    """Turn the eager index range checks (one device->host sync each) on or off."""
-    global _checks_enabled
-    enabled = bool(enabled)
-    if enabled and not _checks_enabled:
-        # Kernels cached by the C++ entry point while checks were off would
-        # keep serving calls without them.
-        from ... import _C
-
-        _C._clear_fastpath_cache()
-    _checks_enabled = enabled
-
-
-def index_checks_enabled() -> bool:
-    return _checks_enabled
-
-
-@jax.jit
-def _minmax_kernel(arrays):
-    return jnp.stack([jnp.stack([jnp.min(a), jnp.max(a)]).astype(jnp.int64) for a in arrays])
-
-
-def index_ranges(tensors):
-    """[(min, max)] of each integer tensor (tpu or cpu; empty -> None), with
-    at most one device->host sync for all of them together."""
-    from ..transfer import materialize
-
-    result = [None] * len(tensors)
-    device_items = []
-    for i, t in enumerate(tensors):
-        if t is None or t.numel() == 0:
-            continue
-        if t.device.type == "tpu":
-            device_items.append((i, materialize(t)))
-        else:
-            result[i] = (int(t.min()), int(t.max()))
-    if device_items:
-        values = np.asarray(_minmax_kernel([a for _, a in device_items]))
-        for (i, _), (lo, hi) in zip(device_items, values):
-            result[i] = (int(lo), int(hi))
-    return result
-
-
-def check_bounds(items):
-    """items: [(index tensor, size, negatives allowed, make_error(value))]."""
-    items = [it for it in items if it[0] is not None and it[0].numel() > 0]
-    if not _checks_enabled:  # host index tensors are still checked: it is free
-        items = [it for it in items if it[0].device.type == "cpu"]
-    if not items:
-        return
-    ranges = index_ranges([it[0] for it in items])
-    for (t, size, negative_ok, make_error), r in zip(items, ranges):
-        if r is None:
-            continue
-        lo, hi = r
-        low_limit = -size if negative_ok else 0
-        if lo < low_limit:
-            raise make_error(lo)
-        if hi >= size:
-            raise make_error(hi)
-
-
-def _dim_error(dim, size, kind=IndexError, prefix=""):
-    return lambda v: kind(f"{prefix}index {v} is out of bounds for dimension {dim} with size {size}")
+def _bounds_message(dim, size, prefix=""):
+    return f"{prefix}index {{value}} is out of bounds for dimension {dim} with size {size}"
 
 
 # Overloads taking a 0-dim `value` tensor, which may live on the CPU (as on
@@ -199,35 +133,19 @@ def has_host_tensor(args, kwargs=None):
     return False
 
 
-def unchecked_plain_call(*args, **kwargs):
-    """generic_when for checked ops: with checks off and every tensor on the
-    device, a call is an ordinary kernel call (cacheable by the C++ path)."""
-    return not _checks_enabled and not has_host_tensor(args, kwargs)
+def plain_call(*args, **kwargs):
+    """generic_when: every tensor on the device makes an ordinary kernel call
+    (cacheable by the C++ path); host tensors go through `run_lowered`."""
+    return not has_host_tensor(args, kwargs)
 
 
-def _checked(*ops):
-    """Eager handler: validate indices with `spec(values)`, then run the lowering."""
-
-    def deco(spec):
-        def make(op):
-            sch = schema_of(op)
-
-            def handler(*args, **kwargs):
-                values = sch.normalize(args, kwargs)
-                check_bounds(spec(*values[: len(sch.lowering_positions)]))
-                return run_lowered(op, values)
-
-            return handler
-
-        for op in ops:
-            special(op, generic_when=unchecked_plain_call)(make(op))
-        return spec
-
-    return deco
-
-
-def _size(t, dim):
-    return t.shape[dim] if t.dim() > 0 else 1
+def _host_tensors_allowed(*ops):
+    """Calls of these ops with host tensors (0-dim values, as CUDA allows)
+    run through `run_lowered`; all others are plain kernel calls."""
+    for op in ops:
+        special(op, generic_when=plain_call)(
+            lambda *args, _op=op, **kwargs: run_lowered(_op, schema_of(_op).normalize(args, kwargs))
+        )
 
 
 def _all_overloads(*packets):
@@ -241,15 +159,10 @@ def _all_overloads(*packets):
 def index_select(ctx, self, dim, index):
     dim = wrap_dim(dim, self.ndim)
     x = _as_1d(self)
+    ctx.check_index(index, x.shape[dim], "index out of range in self", IndexError, negative_ok=False)
     idx = _no_negative(index.reshape(-1), x.shape[dim])
     out = jnp.take(x, idx, axis=dim, mode="fill", fill_value=_fill_value(x.dtype))
     return out.reshape(ctx.out_shape)
-
-
-@_checked(aten.index_select.default, aten.index_select.out)
-def _index_select_spec(self, dim, index):
-    dim = wrap_dim(dim, self.dim())
-    return [(index, _size(self, dim), False, lambda v: IndexError("index out of range in self"))]
 
 
 # -------------------------------------------------------------- gather
@@ -262,6 +175,7 @@ def gather(ctx, self, dim, index, sparse_grad=False):
     idx = _as_1d(index)
     if idx.size == 0:
         return jnp.zeros(ctx.out_shape, self.dtype)
+    _check_along(ctx, x, dim, idx)
     # Only the leading index.shape[d] entries of the other dims take part.
     x = x[tuple(slice(0, idx.shape[d]) if d != dim else slice(None) for d in range(x.ndim))]
     idx = _no_negative(idx, x.shape[dim])
@@ -269,12 +183,11 @@ def gather(ctx, self, dim, index, sparse_grad=False):
     return out.reshape(ctx.out_shape)
 
 
-def _scatter_like_spec(self, dim, index, *rest):
-    dim = wrap_dim(dim, self.dim())
-    return [(index, _size(self, dim), False, _dim_error(dim, _size(self, dim), RuntimeError))]
-
-
-_checked(aten.gather.default, aten.gather.out)(_scatter_like_spec)
+def _check_along(ctx, self, dim, index, error=RuntimeError, prefix="", negative_ok=False):
+    """Range check of the indices of a gather/scatter-like op along `dim`."""
+    dim = wrap_dim(dim, self.ndim)
+    size = self.shape[dim] if self.ndim else 1
+    ctx.check_index(index, size, _bounds_message(dim, size, prefix), error, negative_ok=negative_ok)
 
 
 # ------------------------------------------------------------- scatter
@@ -342,36 +255,40 @@ def _legacy_reduce(reduce):
 
 @lower(aten.scatter.src)
 def scatter_src(ctx, self, dim, index, src):
+    _check_along(ctx, self, dim, index)
     return _scatter(self, dim, index, src)
 
 
 @lower(aten.scatter.value)
 def scatter_value(ctx, self, dim, index, value):
+    _check_along(ctx, self, dim, index)
     return _scatter(self, dim, index, value)
 
 
 @lower(aten.scatter.reduce)
 def scatter_reduce_legacy(ctx, self, dim, index, src, reduce):
+    _check_along(ctx, self, dim, index)
     return _scatter(self, dim, index, src, _legacy_reduce(reduce))
 
 
 @lower(aten.scatter.value_reduce)
 def scatter_value_reduce(ctx, self, dim, index, value, reduce):
+    _check_along(ctx, self, dim, index)
     return _scatter(self, dim, index, value, _legacy_reduce(reduce))
 
 
 @lower(aten.scatter_add.default)
 def scatter_add(ctx, self, dim, index, src):
+    _check_along(ctx, self, dim, index)
     return _scatter(self, dim, index, src, "sum")
 
 
 @lower(aten.scatter_reduce.two)
 def scatter_reduce(ctx, self, dim, index, src, reduce, include_self=True):
+    _check_along(ctx, self, dim, index)
     return _scatter(self, dim, index, src, reduce, include_self)
 
 
-_checked(*_all_overloads(aten.scatter, aten.scatter_, aten.scatter_add, aten.scatter_reduce))(_scatter_like_spec)
-_checked(aten.scatter_add_.default, aten.scatter_reduce_.two)(_scatter_like_spec)
 
 
 # ------------------------------------------- index_add / copy / fill / reduce
@@ -393,6 +310,7 @@ def index_add(ctx, self, dim, index, source, alpha=1):
         scaled = source * jnp.asarray(alpha).astype(self.dtype)
     dim = wrap_dim(dim, self.ndim)
     x = _as_1d(self)
+    _check_along(ctx, x, dim, index)
     index = index.reshape(-1)
     src = _as_1d(scaled)
     full = _along(index, dim, src.shape)
@@ -406,6 +324,7 @@ def index_add(ctx, self, dim, index, source, alpha=1):
 def index_copy(ctx, self, dim, index, source):
     dim = wrap_dim(dim, self.ndim)
     x = _as_1d(self)
+    _check_along(ctx, x, dim, index, IndexError, "index_copy_(): ")
     full = _along(index.reshape(-1), dim, _as_1d(source).shape)
     return _scatter(x, dim, full, _as_1d(source)).reshape(self.shape)
 
@@ -414,6 +333,7 @@ def index_copy(ctx, self, dim, index, source):
 def index_fill(ctx, self, dim, index, value):
     dim = wrap_dim(dim, self.ndim)
     x = _as_1d(self)
+    _check_along(ctx, x, dim, index, IndexError, negative_ok=True)
     index = index.reshape(-1)
     size = x.shape[dim]
     index = jnp.where(index < 0, index + size, index)
@@ -428,29 +348,12 @@ def index_fill(ctx, self, dim, index, value):
 def index_reduce(ctx, self, dim, index, source, reduce, include_self=True):
     dim = wrap_dim(dim, self.ndim)
     x = _as_1d(self)
+    _check_along(ctx, x, dim, index, IndexError)
     full = _along(index.reshape(-1), dim, _as_1d(source).shape)
     return _scatter(x, dim, full, _as_1d(source), reduce, include_self).reshape(self.shape)
 
 
-def _index_dim_spec(kind, prefix=""):
-    def spec(self, dim, index, *rest):
-        dim = wrap_dim(dim, self.dim())
-        size = _size(self, dim)
-        return [(index, size, False, _dim_error(dim, size, kind, prefix))]
-
-    return spec
-
-
-_checked(*_all_overloads(aten.index_add, aten.index_add_))(_index_dim_spec(RuntimeError))
-_checked(*_all_overloads(aten.index_copy, aten.index_copy_))(_index_dim_spec(IndexError, "index_copy_(): "))
-_checked(*_all_overloads(aten.index_reduce, aten.index_reduce_))(_index_dim_spec(IndexError))
-
-
-@_checked(*_all_overloads(aten.index_fill, aten.index_fill_))
-def _index_fill_spec(self, dim, index, value):
-    dim = wrap_dim(dim, self.dim())
-    size = _size(self, dim)
-    return [(index, size, True, _dim_error(dim, size))]
+_host_tensors_allowed(*_all_overloads(aten.index_fill, aten.index_fill_))
 
 
 # --------------------------------------------------------- take / put
@@ -459,6 +362,7 @@ def _index_fill_spec(self, dim, index, value):
 @lower(aten.take.default)
 def take(ctx, self, index):
     flat = self.reshape(-1)
+    _check_flat(ctx, flat, index)
     idx = jnp.where(index < 0, index + flat.shape[0], index)
     return jnp.take(flat, idx, mode="fill", fill_value=_fill_value(flat.dtype)).reshape(index.shape)
 
@@ -466,6 +370,7 @@ def take(ctx, self, index):
 @lower(aten.put.default)
 def put(ctx, self, index, source, accumulate=False):
     flat = self.reshape(-1)
+    _check_flat(ctx, flat, index)
     idx = index.reshape(-1)
     idx = jnp.where(idx < 0, idx + flat.shape[0], idx)
     vals = source.reshape(-1).astype(flat.dtype)
@@ -474,12 +379,10 @@ def put(ctx, self, index, source, accumulate=False):
     return out.reshape(self.shape)
 
 
-def _flat_spec(self, index, *rest):
-    n = self.numel()
-    return [(index, n, True, lambda v: IndexError(f"out of range: tried to access index {v} on a tensor of {n} elements."))]
-
-
-_checked(*_all_overloads(aten.take, aten.put, aten.put_))(_flat_spec)
+def _check_flat(ctx, flat, index):
+    n = flat.shape[0]
+    message = f"out of range: tried to access index {{value}} on a tensor of {n} elements."
+    ctx.check_index(index, n, message, IndexError)
 
 
 # --------------------------------------------- advanced indexing (long)
@@ -496,6 +399,8 @@ def index(ctx, self, indices):
     for i in indices:
         if i is not None and i.dtype in (jnp.bool_, jnp.uint8):
             raise NotImplementedError("torchtpu: boolean mask indices have a data-dependent shape")
+    if ctx.op is not aten._unsafe_index.Tensor:
+        check_advanced_indices(ctx, self, indices)
     x = self
     out = x.at[index_tuple(indices)].get(mode="fill", fill_value=_fill_value(x.dtype))
     return out.reshape(ctx.out_shape)
@@ -506,6 +411,8 @@ def index_put(ctx, self, indices, values, accumulate=False, unsafe=False):
     for i in indices:
         if i is not None and i.dtype in (jnp.bool_, jnp.uint8):
             raise NotImplementedError("torchtpu: boolean mask indices have a data-dependent shape")
+    if ctx.op is not aten._unsafe_index_put.default:
+        check_advanced_indices(ctx, self, indices)
     at = self.at[index_tuple(indices)]
     values = jnp.asarray(values).astype(self.dtype)
     if accumulate:
@@ -513,15 +420,12 @@ def index_put(ctx, self, indices, values, accumulate=False, unsafe=False):
     return at.set(values, mode="drop")
 
 
-def advanced_index_spec(self, indices):
+def check_advanced_indices(ctx, self, indices):
     """Range checks of integer index tensors against the dims they index."""
-    items = []
     for d, idx in enumerate(indices):
-        if idx is None:
-            continue
-        size = self.shape[d] if d < self.dim() else 1
-        items.append((idx, size, True, _dim_error(d, size)))
-    return items
+        if idx is not None:
+            size = self.shape[d] if d < self.ndim else 1
+            ctx.check_index(idx, size, _bounds_message(d, size), IndexError)
 
 
 # ------------------------------------------------------------ masks

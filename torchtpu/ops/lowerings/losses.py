@@ -65,7 +65,17 @@ def _nll_pick(self, target, weight, ignore_index):
     return loss, w
 
 
+def _check_targets(ctx, self, target, ignore_index):
+    """Class labels outside [0, C) raise at the next sync (device-side check)."""
+    classes = self.shape[0] if self.ndim == 1 else self.shape[1]
+    bad = ((target != ignore_index) & ((target < 0) | (target >= classes))).reshape(-1)
+    if bad.size:
+        first = target.reshape(-1)[jnp.argmax(bad)]
+        ctx.check(~jnp.any(bad), "Target {value} is out of bounds.", IndexError, value=first)
+
+
 def _nll_forward(ctx, self, target, weight, reduction, ignore_index):
+    _check_targets(ctx, self, target, ignore_index)
     loss, w = _nll_pick(self, target, weight, ignore_index)
     if self.ndim == 1:
         # A single sample: total_weight is its weight for every reduction.
