@@ -38,6 +38,9 @@
 namespace py = pybind11;
 
 namespace torchtpu {
+
+void drain_boxes();
+
 namespace {
 
 // Argument kinds, as torchtpu/ops/schema.py numbers them.
@@ -55,6 +58,9 @@ enum ArgKind : int {
 struct OpInfo {
   std::vector<int> kinds;
   std::vector<bool> static_scalar;  // Scalars the lowering bakes in
+  // Scalar positions passed traced (they showed too many distinct values);
+  // the others are baked into the kernel (see dispatch.MAX_BAKED_VALUES).
+  std::vector<bool> dynamic;
   bool fast = true;  // false: always take the Python path (transfer ops...)
 };
 
@@ -100,9 +106,9 @@ struct KeyHash {
 // All of this is touched only with the GIL held.
 struct State {
   PyObject* boxes = nullptr;  // torchtpu.runtime.boxes.boxes (dict)
+  py::object move_box;  // boxes.move(address, new_address, new_nbytes)
   PyObject* pending_checks = nullptr;  // torchtpu.runtime.checks.pending (list)
   py::object fold_checks;  // checks.maybe_fold
-  py::object drain;  // boxes.drain
   py::object op_info;  // (name, overload) -> (kinds, static positions, fast)
   py::object slow_path;  // (name, overload, args, kwargs) -> (result, spec)
   std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> ops;
@@ -202,7 +208,20 @@ void add_dynamic_scalar(Call& call, const c10::IValue& v) {
   }
 }
 
-void add_tensor_arg(Call& call, const c10::IValue& v) {
+void add_static(Call& call, const c10::IValue& v);
+
+// A Scalar: its value in the key (baked) or its type (traced input).
+void add_scalar(Call& call, const c10::IValue& v, bool dynamic) {
+  if (dynamic) {
+    add_dynamic_scalar(call, v);
+  } else if (v.isComplexDouble()) {
+    call.fast = false;
+  } else {
+    add_static(call, v);
+  }
+}
+
+void add_tensor_arg(Call& call, const c10::IValue& v, bool dynamic = false) {
   if (v.isNone()) {
     call.key.push_back(kTagNone);
     return;
@@ -217,8 +236,8 @@ void add_tensor_arg(Call& call, const c10::IValue& v) {
   } else if (t.device().type() == kTpu) {
     add_tpu_tensor(call, t);
   } else if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
-    // `x + 2`: Python kernels see the number, so a traced scalar.
-    add_dynamic_scalar(call, c10::IValue(t.item()));
+    // `x + 2`: Python kernels see the number, so a Scalar.
+    add_scalar(call, c10::IValue(t.item()), dynamic);
   } else {
     call.fast = false;  // CPU tensors: Python handles (and checks) them
   }
@@ -279,7 +298,7 @@ void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v
   switch (info.kinds[i]) {
     case kTensor:
     case kOptTensor:
-      add_tensor_arg(call, v);
+      add_tensor_arg(call, v, info.dynamic[i]);
       break;
     case kTensorList:
     case kOptTensorList:
@@ -304,7 +323,7 @@ void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v
       if (info.static_scalar[i]) {
         add_static(call, v);
       } else {
-        add_dynamic_scalar(call, v);
+        add_scalar(call, v, info.dynamic[i]);
       }
       break;
     case kScalarList:
@@ -332,6 +351,35 @@ void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v
   }
 }
 
+// Applies the allocator's storage events to the box table (with the GIL):
+// a freed storage's box is dropped, then its address is released for reuse;
+// a resized storage's bytes move to its new address (in Python, rare).
+void drain_boxes_impl() {
+  State* s = state();
+  std::vector<uintptr_t> released;
+  for (const auto& event : drain_storage_events()) {
+    PyObject* address = PyLong_FromUnsignedLongLong(event.address);
+    if (event.kind == StorageEventKind::kFree) {
+      if (PyDict_DelItem(s->boxes, address) != 0) {
+        PyErr_Clear();  // never written: no box
+      }
+      released.push_back(event.address);
+    } else {
+      try {
+        s->move_box(py::reinterpret_borrow<py::object>(address), event.new_address, event.nbytes);
+      } catch (py::error_already_set& e) {
+        Py_DECREF(address);
+        e.restore();
+        rethrow_python();
+      }
+    }
+    Py_DECREF(address);
+  }
+  if (!released.empty()) {
+    release_addresses(released);
+  }
+}
+
 // ------------------------------------------------------- Python bridge
 
 const OpInfo& op_info(const c10::OperatorHandle& op) {
@@ -348,6 +396,7 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
       info->kinds.push_back(k.cast<int>());
     }
     info->static_scalar.assign(info->kinds.size(), false);
+    info->dynamic.assign(info->kinds.size(), false);
     for (auto p : result[1]) {
       info->static_scalar.at(p.cast<size_t>()) = true;
     }
@@ -596,14 +645,7 @@ void tpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   State* s = state();
   TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
-  if (has_storage_events()) {
-    try {
-      s->drain();
-    } catch (py::error_already_set& e) {
-      e.restore();
-      rethrow_python();
-    }
-  }
+  drain_boxes();
   const OpInfo& info = op_info(op);
   if (!info.fast) {
     slow_path(op, stack, nullptr);
@@ -642,9 +684,16 @@ std::vector<std::unique_ptr<torch::Library>>& libraries() {
 
 }  // namespace
 
+// Called before every op (C++ and Python paths): cheap when nothing happened.
+void drain_boxes() {
+  if (has_storage_events()) {
+    drain_boxes_impl();
+  }
+}
+
 void init_fastpath(
     py::object boxes,
-    py::object drain,
+    py::object move_box,
     py::object op_info_fn,
     py::object slow_path_fn,
     py::object pending_checks,
@@ -653,7 +702,7 @@ void init_fastpath(
   s->boxes = boxes.release().ptr();
   s->pending_checks = pending_checks.release().ptr();
   s->fold_checks = std::move(fold_checks);
-  s->drain = std::move(drain);
+  s->move_box = std::move(move_box);
   s->op_info = std::move(op_info_fn);
   s->slow_path = std::move(slow_path_fn);
   auto lib = std::make_unique<torch::Library>(
@@ -669,6 +718,16 @@ void register_kernels(const std::vector<std::string>& names) {
     lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_kernel>());
   }
   libraries().push_back(std::move(lib));
+}
+
+void set_dynamic_scalar(const std::string& name, const std::string& overload, int position) {
+  const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  TORCH_CHECK(handle.has_value(), "torchtpu: unknown op ", name, ".", overload);
+  State* s = state();
+  auto it = s->ops.find(&handle->schema());
+  if (it != s->ops.end()) {
+    it->second->dynamic.at(static_cast<size_t>(position)) = true;
+  }
 }
 
 std::pair<int64_t, int64_t> fastpath_stats() {

@@ -15,15 +15,17 @@ namespace py = pybind11;
 namespace torchtpu {
 
 void register_hooks();
+void drain_boxes();
 void init_fastpath(
     py::object boxes,
-    py::object drain,
+    py::object move_box,
     py::object op_info,
     py::object slow_path,
     py::object pending_checks,
     py::object fold_checks);
 void register_kernels(const std::vector<std::string>& names);
 std::pair<int64_t, int64_t> fastpath_stats();
+void set_dynamic_scalar(const std::string& name, const std::string& overload, int position);
 void clear_fastpath_cache();
 
 namespace {
@@ -69,7 +71,7 @@ PYBIND11_MODULE(_C, m) {
       "_init_fastpath",
       &init_fastpath,
       "Install the C++ eager entry point as the PrivateUse1 fallback: "
-      "(box dict, drain, op_info(name, overload) -> (kinds, static "
+      "(box dict, move_box(address, new_address, nbytes), op_info(name, overload) -> (kinds, static "
       "positions, fast), slow_path(name, overload, args, kwargs) -> "
       "(result, kernel spec or None), pending device-side checks (list), "
       "fold them ()).");
@@ -79,6 +81,10 @@ PYBIND11_MODULE(_C, m) {
       "Make the C++ entry point the PrivateUse1 kernel of these aten ops "
       "(so a lowering wins over a CompositeExplicitAutograd kernel).");
   m.def("_fastpath_stats", &fastpath_stats, "(hits, misses) of the C++ kernel cache");
+  m.def(
+      "_set_dynamic_scalar",
+      &set_dynamic_scalar,
+      "From now on pass this Scalar argument of the op traced, not baked in.");
   m.def("_clear_fastpath_cache", &clear_fastpath_cache);
 
   m.def("_device_count", []() { return int(device_count()); });
@@ -89,25 +95,11 @@ PYBIND11_MODULE(_C, m) {
     set_current_device(static_cast<c10::DeviceIndex>(device));
   });
 
-  m.def("_has_storage_events", &has_storage_events);
   m.def(
-      "_drain_storage_events",
-      []() {
-        py::list out;
-        for (const auto& e : drain_storage_events()) {
-          out.append(py::make_tuple(
-              static_cast<int>(e.kind), e.address, e.new_address, e.nbytes));
-        }
-        return out;
-      },
-      "Storage events since the last drain: (kind, address, new_address, "
-      "nbytes); kind 0 = free, 1 = move.");
-  m.def(
-      "_release_addresses",
-      [](const std::vector<uintptr_t>& addresses) {
-        release_addresses(addresses);
-      },
-      "The boxes of these addresses are gone: the addresses may be reused.");
+      "_drain_boxes",
+      &drain_boxes,
+      "Apply the allocator's storage events to the box table: drop the boxes "
+      "of freed storages (then release their addresses), move resized ones.");
 
   m.def(
       "_tensor_info",

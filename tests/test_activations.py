@@ -100,10 +100,13 @@ def test_relu_integer():
 def test_gelu_backward_out_and_scalars_traced():
     import torchtpu
 
+    from torchtpu.ops.dispatch import MAX_BAKED_VALUES
+
     x = rand(3, 4).to("tpu")
-    F.leaky_relu(x, 0.1).cpu()
+    for k in range(MAX_BAKED_VALUES + 1):  # baked, then traced
+        F.leaky_relu(x, 0.1 * (k + 1)).cpu()
     before = torchtpu.kernel_cache_stats()["compiles"]
-    for slope in (0.2, 0.3, 0.05):
+    for slope in (0.25, 0.35, 0.05):
         torch.testing.assert_close(F.leaky_relu(x, slope).cpu(), F.leaky_relu(x.cpu(), slope))
     assert torchtpu.kernel_cache_stats()["compiles"] == before
 

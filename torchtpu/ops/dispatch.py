@@ -75,11 +75,15 @@ class _Call:
         self.requested = None  # device= argument of a factory
         self.generator = None
 
+    def scalar_key(self, v, dynamic):
+        """A Scalar's part of the key: its type (value traced) once its
+        position has seen several values, else its value (baked in)."""
+        if dynamic:
+            self.dyn.append(v)
+            return type(v)
+        return (float, v.hex()) if type(v) is float else (type(v), v)  # hex: -0.0, nan
+
     def tensor_key(self, t):
-        if not isinstance(t, torch.Tensor):
-            # A wrapped number (`x + 2`) reaches Python kernels as a number.
-            self.dyn.append(t)
-            return type(t)
         if t.is_cpu:
             if t.dim() != 0:
                 raise device_mismatch(f"tpu:{self.device or 0}", "cpu")
@@ -103,18 +107,25 @@ class _Call:
         entry = self.entries[slot]
         return (sizes, strides, offset, t.dtype, slot, entry[1] if entry is not None else None, nbytes)
 
-    def key(self, sch, kinds, values, static):
+    def key(self, sch, entry, values):
         parts = [sch.op]
+        kinds = entry.kinds
+        static = entry.static
+        dynamic = entry.dynamic
         for i, v in enumerate(values):
             kind = kinds[i]
             if kind is TENSOR or kind is OPT_TENSOR:
-                parts.append(None if v is None else self.tensor_key(v))
+                if v is None:
+                    parts.append(None)
+                elif isinstance(v, torch.Tensor):
+                    parts.append(self.tensor_key(v))
+                else:  # a wrapped number (`x + 2`) reaches Python kernels as a number
+                    parts.append(self.scalar_key(v, i in dynamic))
             elif kind is SCALAR:
                 if v is None or i in static:
                     parts.append(v)
                 else:
-                    parts.append(type(v))
-                    self.dyn.append(v)
+                    parts.append(self.scalar_key(v, i in dynamic))
             elif kind is STATIC:
                 if type(v) is torch.device and v.type == "tpu" and self.requested is None:
                     # a factory's device= (there are no tensors to say where)
@@ -138,10 +149,17 @@ class _Call:
         return tuple(parts)
 
 
-class OpEntry:
-    """An overload's schema, lowering and baked-in Scalar positions."""
+# A Scalar argument is baked into the kernel (a constant XLA folds, no
+# host->device transfer per call) until its position has shown this many
+# distinct values; then it is traced (a learning rate under a schedule
+# costs this many compilations, not one per step).
+MAX_BAKED_VALUES = 3
 
-    __slots__ = ("schema", "lowering", "static", "kinds")
+
+class OpEntry:
+    """An overload's schema, lowering and how its Scalars are passed."""
+
+    __slots__ = ("schema", "lowering", "static", "kinds", "dynamic", "seen")
 
     def __init__(self, op):
         self.schema = schema_of(op)
@@ -153,6 +171,25 @@ class OpEntry:
         self.kinds = [
             SCALAR if name in traced else kind for name, kind in zip(self.schema.names, self.schema.kinds)
         ]
+        self.dynamic = set()  # Scalar positions now traced
+        self.seen = {}  # position -> distinct values baked so far
+
+    def note_scalars(self, values) -> bool:
+        """Record the baked Scalar values of a cache miss; True if a position
+        just became traced (the call's key must then be rebuilt)."""
+        promoted = False
+        for i, (kind, v) in enumerate(zip(self.kinds, values)):
+            if i in self.static or i in self.dynamic or v is None:
+                continue
+            if kind is SCALAR or ((kind is TENSOR or kind is OPT_TENSOR) and not isinstance(v, torch.Tensor)):
+                seen = self.seen.setdefault(i, set())
+                seen.add((float, v.hex()) if type(v) is float else (type(v), v))
+                if len(seen) > MAX_BAKED_VALUES:
+                    self.dynamic.add(i)
+                    op = self.schema.op
+                    _C._set_dynamic_scalar(op._schema.name, op._schema.overload_name, i)
+                    promoted = True
+        return promoted
 
 
 _entries: dict = {}
@@ -243,8 +280,12 @@ def run_with_kernel(op, args, kwargs):
     sch = entry.schema
     values = sch.normalize(args, kwargs)
     call = _Call()
-    key = call.key(sch, entry.kinds, values, entry.static)
+    key = call.key(sch, entry, values)
     kernel = _cache.get(key)
+    if kernel is None and entry.note_scalars(values):
+        call = _Call()
+        key = call.key(sch, entry, values)
+        kernel = _cache.get(key)
     if kernel is None:
         kernel = _build(entry, values, call)
         _cache[key] = kernel
@@ -443,7 +484,7 @@ def _build(entry, values, call):
 
     input_slots = [s for s, e in enumerate(call.entries) if e is not None]
     kernel.input_slots = input_slots
-    readers = _readers(entry.kinds, values, call, entry.static)
+    readers = _readers(entry, values, call)
     lowering_positions = sch.lowering_positions
     ctx_args = [_lowering_view(meta_values)[i] for i in sch.lowering_positions]
     out_meta = [m for m, _ in expected]
@@ -577,34 +618,41 @@ def _mutation_target(kernel, call, position, real, meta, single):
     return ("slot", call.slot_of[address], nbytes)
 
 
-def _readers(kinds, values, call, static):
+def _readers(entry, values, call):
     """Per argument, a function (arrays, dyn) -> the lowering's argument."""
     readers = []
     dyn_index = [0]
 
+    def next_dyn():
+        k = dyn_index[0]
+        dyn_index[0] += 1
+        return lambda arrays, dyn: dyn[k]
+
+    def scalar_reader(i, v):
+        if i in entry.dynamic:
+            return next_dyn()
+        # Baked in, but as a weak-typed JAX scalar: lowerings see the same
+        # kind of value whether the position is baked or traced.
+        return lambda arrays, dyn: jnp.asarray(v)
+
     def tensor_reader(t):
-        if not isinstance(t, torch.Tensor) or t.is_cpu:
-            k = dyn_index[0]
-            dyn_index[0] += 1
-            return lambda arrays, dyn: dyn[k]
+        if t.is_cpu:
+            return next_dyn()
         address, nbytes, sizes, strides, offset, _ = call.infos[id(t)]
         slot = call.slot_of[address]
         dtype = to_jax(t.dtype)
         return lambda arrays, dyn: plans.read_view(arrays.get(slot), sizes, strides, offset, dtype)
 
-    for i, (kind, v) in enumerate(zip(kinds, values)):
-        if kind is TENSOR or kind is OPT_TENSOR:
-            readers.append(_const(None) if v is None else tensor_reader(v))
+    for i, (kind, v) in enumerate(zip(entry.kinds, values)):
+        if v is None:
+            readers.append(_const(None))
+        elif kind is TENSOR or kind is OPT_TENSOR:
+            readers.append(tensor_reader(v) if isinstance(v, torch.Tensor) else scalar_reader(i, v))
         elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
-            if v is None:
-                readers.append(_const(None))
-            else:
-                items = [None if t is None else tensor_reader(t) for t in v]
-                readers.append(lambda arrays, dyn, items=items: [None if r is None else r(arrays, dyn) for r in items])
-        elif kind is SCALAR and v is not None and i not in static:
-            k = dyn_index[0]
-            dyn_index[0] += 1
-            readers.append(lambda arrays, dyn, k=k: dyn[k])
+            items = [None if t is None else tensor_reader(t) for t in v]
+            readers.append(lambda arrays, dyn, items=items: [None if r is None else r(arrays, dyn) for r in items])
+        elif kind is SCALAR and i not in entry.static:
+            readers.append(scalar_reader(i, v))
         elif kind is SCALAR_LIST:
             ks = list(range(dyn_index[0], dyn_index[0] + len(v)))
             dyn_index[0] += len(v)

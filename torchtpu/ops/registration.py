@@ -140,6 +140,6 @@ def install():
     """Called at `import torchtpu`: cheap registrations only."""
     from ..runtime import checks
 
-    _C._init_fastpath(boxes.boxes, boxes.drain, op_info, slow_path, checks.pending, checks.maybe_fold)
+    _C._init_fastpath(boxes.boxes, boxes.move, op_info, slow_path, checks.pending, checks.maybe_fold)
     for aten_name, fn_name in _TRANSFER_KERNELS.items():
         _aten_lib.impl(aten_name, _lazy_transfer(fn_name), "PrivateUse1")

@@ -13,30 +13,15 @@ import numpy as np
 
 from .. import _C
 
-EVENT_FREE = 0
-EVENT_MOVE = 1
-
 boxes: dict = {}
 
-_has_events = _C._has_storage_events
+# Before every op: drop the boxes of storages torch freed (then let the
+# allocator reuse their addresses) and move resized storages' bytes.  In C++
+# (csrc/fastpath.cpp), which calls `move` below for resizes.
+drain = _C._drain_boxes
 
 
-def drain():
-    """Apply pending storage events (cheap when there are none)."""
-    if not _has_events():
-        return
-    released = []
-    for kind, address, new_address, new_nbytes in _C._drain_storage_events():
-        if kind == EVENT_FREE:
-            boxes.pop(address, None)
-            released.append(address)
-        else:
-            _move(address, new_address, new_nbytes)
-    if released:
-        _C._release_addresses(released)
-
-
-def _move(address, new_address, new_nbytes):
+def move(address, new_address, new_nbytes):
     """storage.resize_: carry the bytes both sizes share to the new address."""
     entry = boxes.get(address)
     if entry is None:
