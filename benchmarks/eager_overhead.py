@@ -5,7 +5,9 @@ arrays vs torch on the CPU; plus one eager GPT training step.
 
 torchtpu dispatch is asynchronous (like CUDA), so each row times N calls
 followed by one synchronize; the raw JAX row does the same with
-block_until_ready.  Numbers are microseconds per op (median of repeats)."""
+block_until_ready.  Numbers are microseconds per op: the median of 15
+rounds in which the three variants run alternately (this 2-core machine is
+noisy; alternation keeps the comparison fair)."""
 
 import argparse
 import os
@@ -22,17 +24,21 @@ import torchtpu  # noqa: E402,F401
 from torchtpu.ops.transfer import materialize  # noqa: E402
 
 
-def timeit(fn, sync, n, repeats=5):
-    fn()
-    sync()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
+def timeit_interleaved(candidates, n, repeats=15):
+    """Median microseconds per call of each (fn, sync), measured in
+    alternation so that machine noise hits every candidate alike."""
+    for fn, sync in candidates:
+        fn()
         sync()
-        samples.append((time.perf_counter() - t0) / n * 1e6)
-    return statistics.median(samples)
+    samples = [[] for _ in candidates]
+    for _ in range(repeats):
+        for (fn, sync), out in zip(candidates, samples):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            out.append((time.perf_counter() - t0) / n * 1e6)
+    return [statistics.median(s) for s in samples]
 
 
 def rows():
@@ -58,19 +64,28 @@ def bench_ops():
     results = []
     for name, torch_fn, jax_fn, x, n in rows():
         x_tpu = x.to("tpu")
-        t_tpu = timeit(lambda: torch_fn(x_tpu), torch.tpu.synchronize, n)
         arr = materialize(x_tpu)
         jitted = jax.jit(jax_fn)
         last = [arr]
         if "in place" in name:
+
             def jax_call():
                 last[0] = jitted(last[0])
+
         else:
+
             def jax_call():
                 last[0] = jitted(arr)
-        t_jax = timeit(jax_call, lambda: last[0].block_until_ready(), n)
+
         x_cpu = x.clone()
-        t_cpu = timeit(lambda: torch_fn(x_cpu), lambda: None, n)
+        t_tpu, t_jax, t_cpu = timeit_interleaved(
+            [
+                (lambda: torch_fn(x_tpu), torch.tpu.synchronize),
+                (jax_call, lambda: last[0].block_until_ready()),
+                (lambda: torch_fn(x_cpu), lambda: None),
+            ],
+            n,
+        )
         results.append((name, t_tpu, t_jax, t_cpu))
     return results
 
