@@ -451,7 +451,6 @@ def _build(entry, values, call):
     # Expected kernel outputs: the op's own (non-aliased) returns, then the
     # new values of mutated arguments (the functional convention).
     expected = []  # (meta tensor or None, target)
-    targets = []
     per_return = _flatten_outputs(meta_out, sch)
     for r, (alias, m) in enumerate(zip(sch.return_alias, per_return)):
         if alias is not None:

@@ -3,8 +3,6 @@ how each argument takes part in a kernel (tensor read, traced scalar, static
 value, generator), which arguments it mutates, and what its returns alias.
 Computed once per overload."""
 
-import torch
-
 TENSOR = "tensor"
 OPT_TENSOR = "opt_tensor"
 TENSOR_LIST = "tensor_list"

@@ -19,15 +19,12 @@ import torch
 from jax import lax
 
 from ..registry import lower
+from .common import acc_dtype
 
 aten = torch.ops.aten
 
-_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def _acc_dtype(dtype):
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype in _LOW else dtype
 
 
 def _precision(ctx, dtype):
@@ -97,7 +94,7 @@ def _expand(v, nd):
 
 @lower(aten.convolution)
 def convolution(ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    acc = _acc_dtype(input.dtype)
+    acc = acc_dtype(input.dtype)
     precision = _precision(ctx, input.dtype)
     out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups, precision, acc=acc)
     if bias is not None:
@@ -121,7 +118,7 @@ def convolution_backward(
     output_mask,
 ):
     dtype = input.dtype
-    acc = _acc_dtype(dtype)
+    acc = acc_dtype(dtype)
     # In the accumulation dtype: low-precision values convert exactly, so the
     # VJP's products are exact and its sums are float32, like torch's.
     x, w, g = input.astype(acc), weight.astype(acc), grad_output.astype(acc)

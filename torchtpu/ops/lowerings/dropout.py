@@ -12,15 +12,15 @@ import jax.numpy as jnp
 import torch
 
 from ..registry import lower
+from .common import acc_dtype
 
 aten = torch.ops.aten
 
-_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 def _scaled(x, mask, scale):
     dtype = jnp.dtype(x.dtype)
-    acc = jnp.dtype(jnp.float32) if dtype in _LOW else dtype
+    acc = acc_dtype(dtype)
     return ((x * mask.astype(dtype)).astype(acc) * scale).astype(dtype)
 
 

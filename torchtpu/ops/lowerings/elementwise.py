@@ -18,12 +18,12 @@ from jax.scipy import special as jsp
 
 from ...runtime.dtypes import to_jax
 from ..registry import lower
+from .common import acc_dtype
 
 aten = torch.ops.aten
 
 BOOL = jnp.dtype(jnp.bool_)
 F32 = jnp.dtype(jnp.float32)
-_REDUCED = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 # ------------------------------------------------------------------ dtype helpers
@@ -52,8 +52,7 @@ def is_integral(dt):
 
 def opmath(dt):
     """The dtype torch computes in for values of dtype `dt`."""
-    dt = jnp.dtype(dt)
-    return F32 if dt in _REDUCED else dt
+    return acc_dtype(dt)
 
 
 def default_float():

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import torch
 
 from ..registry import lower
+from .common import acc_dtype
 
 aten = torch.ops.aten
 
-_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 @lower(aten.embedding)
@@ -26,7 +26,7 @@ def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sp
 @lower(aten.embedding_dense_backward)
 def embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     dtype = jnp.dtype(grad_output.dtype)
-    acc = jnp.dtype(jnp.float32) if dtype in _LOW else dtype
+    acc = acc_dtype(dtype)
     dim = grad_output.shape[-1]
     idx = indices.reshape(-1)
     g = grad_output.reshape(-1, dim).astype(acc)
@@ -44,7 +44,7 @@ def embedding_renorm(ctx, self, indices, max_norm, norm_type):
     max_norm / (norm + 1e-7) (the in-place embedding_renorm_ that
     F.embedding(max_norm=...) runs)."""
     dtype = jnp.dtype(self.dtype)
-    acc = _acc(dtype)
+    acc = acc_dtype(dtype)
     w = self.astype(acc)
     touched = jnp.zeros((self.shape[0],), jnp.bool_).at[indices.reshape(-1)].set(True, mode="drop")
     a = jnp.abs(w)
@@ -73,9 +73,6 @@ def embedding_renorm(ctx, self, indices, max_norm, norm_type):
 SUM, MEAN, MAX = 0, 1, 2
 
 
-def _acc(dtype):
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype in _LOW else dtype
 
 
 def _bags(indices, offsets, include_last_offset, padding_idx):
@@ -94,7 +91,7 @@ def _bags(indices, offsets, include_last_offset, padding_idx):
 def _embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
                    include_last_offset, padding_idx):
     dtype = jnp.dtype(weight.dtype)
-    acc = _acc(dtype)
+    acc = acc_dtype(dtype)
     indices = indices.reshape(-1)
     num_bags, bag, seg, size = _bags(indices, offsets, include_last_offset, padding_idx)
     rows = jnp.take(weight, indices, axis=0, mode="clip").astype(acc)
@@ -135,7 +132,7 @@ def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=
 def _embedding_bag_grad(grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq,
                         mode, per_sample_weights, padding_idx):
     dtype = jnp.dtype(grad.dtype)
-    acc = _acc(dtype)
+    acc = acc_dtype(dtype)
     g = grad.astype(acc)
     indices = indices.reshape(-1)
     dim = g.shape[1]
@@ -178,7 +175,7 @@ def embedding_bag_dense_backward(ctx, grad, indices, offset2bag, bag_size, maxim
 
 @lower(aten._embedding_bag_per_sample_weights_backward)
 def embedding_bag_per_sample_weights_backward(ctx, grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
-    acc = _acc(grad.dtype)
+    acc = acc_dtype(grad.dtype)
     indices = indices.reshape(-1)
     include_last = offsets.shape[0] != grad.shape[0]
     _, bag, _, _ = _bags(indices, offsets, include_last, padding_idx)

@@ -9,11 +9,7 @@ themselves read as a fill value (NaN for floating types, the dtype's minimum
 for integers) and out-of-range scatter elements are dropped, never clamped.
 """
 
-import os
-
-import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from jax import lax
 

@@ -19,28 +19,24 @@ from jax import lax
 from ...runtime.dtypes import to_jax
 from .. import dispatch
 from ..registry import lower
+from .common import acc_dtype
 from ..schema import schema_of
 from ..special import special
 from ..transfer import materialize, wrap
 
 aten = torch.ops.aten
 
-_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def _acc_dtype(dtype):
-    """Dtype in which a product of `dtype` operands is accumulated."""
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype in _LOW else dtype
 
 
 def _product(ctx, a, b, contract, batch=((), ())):
     """dot_general of a and b, returned in the accumulation dtype."""
-    acc = _acc_dtype(a.dtype)
+    acc = acc_dtype(a.dtype)
     if b.dtype != a.dtype:  # mixed operands (e.g. mm.dtype); torch requires equal dtypes otherwise
         common = jnp.promote_types(a.dtype, b.dtype)
         a, b = a.astype(common), b.astype(common)
-        acc = _acc_dtype(common)
+        acc = acc_dtype(common)
     precision = ctx.precision if jnp.issubdtype(acc, jnp.floating) or jnp.issubdtype(acc, jnp.complexfloating) else None
     return lax.dot_general(a, b, (contract, batch), precision=precision, preferred_element_type=acc)
 
@@ -118,7 +114,7 @@ def addmm_activation(ctx, self, mat1, mat2, beta=1, alpha=1, use_gelu=False):
     # activation (in float32 for low dtypes) and rounds again.
     out = out.astype(ctx.out_dtype)
     if use_gelu:
-        x = out.astype(_acc_dtype(out.dtype))
+        x = out.astype(acc_dtype(out.dtype))
         return x * 0.5 * (1.0 + lax.erf(x * 0.7071067811865476))
     return jnp.maximum(out, jnp.zeros((), out.dtype))
 
@@ -144,7 +140,7 @@ def _gate_sum(a, b, bias_a, bias_b, acc):
 
 
 def _lstm_cell(input_gates, hidden_gates, cx, input_bias, hidden_bias):
-    acc = _acc_dtype(input_gates.dtype)
+    acc = acc_dtype(input_gates.dtype)
     gates = _gate_sum(input_gates, hidden_gates, input_bias, hidden_bias, acc)
     i, f, g, o = jnp.split(gates, 4, axis=1)
     i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
@@ -179,7 +175,7 @@ def _lstm_has_bias(args, kwargs):
 
 @lower(aten._thnn_fused_lstm_cell_backward_impl)
 def thnn_fused_lstm_cell_backward_impl(ctx, grad_hy, grad_cy, cx, cy, workspace, has_bias):
-    acc = _acc_dtype(workspace.dtype)
+    acc = acc_dtype(workspace.dtype)
     i, f, g, o = jnp.split(workspace.astype(acc), 4, axis=1)
     cx, cy = cx.astype(acc), cy.astype(acc)
     gh = jnp.zeros_like(cy) if grad_hy is None else grad_hy.astype(acc)
@@ -197,7 +193,7 @@ def thnn_fused_lstm_cell_backward_impl(ctx, grad_hy, grad_cy, cx, cy, workspace,
 
 
 def _gru_cell(input_gates, hidden_gates, hx, input_bias, hidden_bias):
-    acc = _acc_dtype(input_gates.dtype)
+    acc = acc_dtype(input_gates.dtype)
     h = hx.shape[1]
     ig = input_gates.astype(acc) + (0 if input_bias is None else input_bias.astype(acc))
     hg = hidden_gates.astype(acc) + (0 if hidden_bias is None else hidden_bias.astype(acc))
@@ -211,7 +207,7 @@ def _gru_cell(input_gates, hidden_gates, hx, input_bias, hidden_bias):
 
 
 def _gru_cell_backward(grad_hy, workspace, has_bias):
-    acc = _acc_dtype(workspace.dtype)
+    acc = acc_dtype(workspace.dtype)
     r, z, n, hn, hx = jnp.split(workspace.astype(acc), 5, axis=1)
     g = grad_hy.astype(acc)
     grad_z = (hx - n) * g * z * (1 - z)
@@ -306,13 +302,13 @@ def _dist_grad(grad, diff, dist, p, acc):
 
 @lower(aten._cdist_forward)
 def cdist_forward(ctx, x1, x2, p, compute_mode=None):
-    acc = _acc_dtype(ctx.out_dtype)
+    acc = acc_dtype(ctx.out_dtype)
     return _pnorm(_pairwise_diff(x1.astype(acc), x2.astype(acc)), p, acc)
 
 
 @lower(aten._cdist_backward)
 def cdist_backward(ctx, grad, x1, x2, p, cdist):
-    acc = _acc_dtype(ctx.out_dtype)
+    acc = acc_dtype(ctx.out_dtype)
     diff = _pairwise_diff(x1.astype(acc), x2.astype(acc))
     # Batch dims stay broadcast, as torch returns them (autograd sums them).
     return _dist_grad(grad.astype(acc), diff, cdist.astype(acc), p, acc)
@@ -324,7 +320,7 @@ def _upper_pairs(n):
 
 @lower(aten._pdist_forward)
 def pdist_forward(ctx, self, p=2.0):
-    acc = _acc_dtype(ctx.out_dtype)
+    acc = acc_dtype(ctx.out_dtype)
     x = self.astype(acc)
     i, j = _upper_pairs(self.shape[0])
     return _pnorm(x[i] - x[j], p, acc)
@@ -332,7 +328,7 @@ def pdist_forward(ctx, self, p=2.0):
 
 @lower(aten._pdist_backward)
 def pdist_backward(ctx, grad, self, p, pdist):
-    acc = _acc_dtype(ctx.out_dtype)
+    acc = acc_dtype(ctx.out_dtype)
     x = self.astype(acc)
     n = self.shape[0]
     i, j = _upper_pairs(n)

@@ -11,16 +11,13 @@ import jax.numpy as jnp
 import torch
 
 from ..registry import lower
+from .common import acc_dtype
 
 aten = torch.ops.aten
 
 NONE, MEAN, SUM = 0, 1, 2
-_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def _acc(dtype):
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype in _LOW else dtype
 
 
 def _reduce(loss, reduction, dtype):
@@ -28,7 +25,7 @@ def _reduce(loss, reduction, dtype):
     loss = loss.astype(dtype)
     if reduction == NONE:
         return loss
-    acc = _acc(dtype)
+    acc = acc_dtype(dtype)
     if reduction == MEAN:
         return jnp.mean(loss.astype(acc))
     return jnp.sum(loss.astype(acc))
@@ -41,7 +38,7 @@ def _norm(reduction, numel):
 def _operands(ctx, *xs):
     """Inputs upcast to the op's compute dtype and broadcast together."""
     dtype = ctx.result_type(*range(len(xs)))
-    acc = _acc(dtype)
+    acc = acc_dtype(dtype)
     xs = jnp.broadcast_arrays(*[x.astype(acc) for x in xs])
     return dtype, acc, xs
 
@@ -51,7 +48,7 @@ def _operands(ctx, *xs):
 
 def _nll_pick(self, target, weight, ignore_index):
     """Per-element (loss, weight) of nll_loss, class dim 1 (or 0 for 1-d input)."""
-    acc = _acc(self.dtype)
+    acc = acc_dtype(self.dtype)
     x = self.astype(acc)
     valid = target != ignore_index
     safe = jnp.where(valid, target, 0)
@@ -92,7 +89,7 @@ def _nll_forward(ctx, self, target, weight, reduction, ignore_index):
 
 
 def _nll_backward(ctx, grad_output, self, target, weight, reduction, ignore_index, total_weight):
-    acc = _acc(self.dtype)
+    acc = acc_dtype(self.dtype)
     valid = target != ignore_index
     safe = jnp.where(valid, target, 0)
     w = jnp.ones(target.shape, acc) if weight is None else weight.astype(acc)[safe]
@@ -174,7 +171,7 @@ def huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
 @lower(aten.binary_cross_entropy)
 def binary_cross_entropy(ctx, self, target, weight=None, reduction=MEAN):
     dtype = ctx.out_dtype
-    acc = _acc(dtype)
+    acc = acc_dtype(dtype)
     x, t = self.astype(acc), target.astype(acc)
     log_x = jnp.maximum(jnp.log(x), -100.0)
     log_1mx = jnp.maximum(jnp.log(1.0 - x), -100.0)
@@ -186,7 +183,7 @@ def binary_cross_entropy(ctx, self, target, weight=None, reduction=MEAN):
 
 @lower(aten.binary_cross_entropy_backward)
 def binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, reduction=MEAN):
-    acc = _acc(ctx.out_dtype)
+    acc = acc_dtype(ctx.out_dtype)
     g, x, t = grad_output.astype(acc), self.astype(acc), target.astype(acc)
     grad = g * (x - t) / jnp.maximum((1.0 - x) * x, 1e-12)
     if weight is not None:
@@ -197,7 +194,7 @@ def binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, r
 @lower(aten.binary_cross_entropy_with_logits)
 def binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=None, reduction=MEAN):
     dtype = ctx.result_type(0, 1)
-    acc = _acc(dtype)
+    acc = acc_dtype(dtype)
     x, t = self.astype(acc), target.astype(acc)
     log_sig = jax.nn.log_sigmoid(x)
     if pos_weight is not None:

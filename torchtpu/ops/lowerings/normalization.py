@@ -16,17 +16,14 @@ import jax.numpy as jnp
 import torch
 
 from ..registry import lower
+from .common import acc_dtype
 from ..schema import schema_of
 from ..special import special
 
 aten = torch.ops.aten
 
-_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def _acc(dtype):
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype in _LOW else dtype
 
 
 def _channel_shape(x):
@@ -63,7 +60,7 @@ def _bn_apply(x, mean, invstd, weight, bias, acc):
 
 
 def _bn_train(input, weight, bias, eps):
-    acc = _acc(input.dtype)
+    acc = acc_dtype(input.dtype)
     x = input.astype(acc)
     mean, var = _batch_stats(x)
     invstd = _rsqrt(var + eps)
@@ -75,7 +72,7 @@ def _bn_eval(input, weight, bias, running_mean, running_var, eps):
     shapes this backend must produce) follow CUDA here: the saved statistics
     are running_mean and 1/sqrt(running_var + eps), shape (C,).  (Only the CPU
     kernel returns empty tensors instead.)"""
-    acc = _acc(input.dtype)
+    acc = acc_dtype(input.dtype)
     x = input.astype(acc)
     mean = running_mean.astype(acc)
     invstd = _rsqrt(running_var.astype(acc) + eps)
@@ -130,7 +127,7 @@ def native_batch_norm(*args, **kwargs):
 def native_batch_norm_backward(
     ctx, grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask
 ):
-    acc = _acc(input.dtype)
+    acc = acc_dtype(input.dtype)
     x = input.astype(acc)
     g = grad_out.astype(acc)
     shape = _channel_shape(x)
@@ -165,7 +162,7 @@ def native_batch_norm_backward(
 
 @lower(aten.native_layer_norm)
 def native_layer_norm(ctx, input, normalized_shape, weight, bias, eps):
-    acc = _acc(input.dtype)
+    acc = acc_dtype(input.dtype)
     x = input.astype(acc)
     axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
     mean = jnp.mean(x, axis=axes, keepdims=True)
@@ -182,7 +179,7 @@ def native_layer_norm(ctx, input, normalized_shape, weight, bias, eps):
 
 @lower(aten.native_layer_norm_backward)
 def native_layer_norm_backward(ctx, grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-    acc = _acc(input.dtype)
+    acc = acc_dtype(input.dtype)
     x = input.astype(acc)
     g = grad_out.astype(acc)
     k = len(normalized_shape)
@@ -208,7 +205,7 @@ def native_layer_norm_backward(ctx, grad_out, input, normalized_shape, mean, rst
 
 @lower(aten.native_group_norm)
 def native_group_norm(ctx, input, weight, bias, N, C, HxW, group, eps):
-    acc = _acc(input.dtype)
+    acc = acc_dtype(input.dtype)
     x = input.astype(acc).reshape(N, group, (C // group) * HxW)
     mean = jnp.mean(x, axis=2)
     centered = x - mean[:, :, None]
@@ -224,7 +221,7 @@ def native_group_norm(ctx, input, weight, bias, N, C, HxW, group, eps):
 
 @lower(aten.native_group_norm_backward)
 def native_group_norm_backward(ctx, grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
-    acc = _acc(input.dtype)
+    acc = acc_dtype(input.dtype)
     d = C // group
     x = input.astype(acc).reshape(N, group, d, HxW)
     g = grad_out.astype(acc).reshape(N, group, d, HxW)

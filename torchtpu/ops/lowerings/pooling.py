@@ -21,15 +21,12 @@ import torch
 from jax import lax
 
 from ..registry import lower
+from .common import acc_dtype
 
 aten = torch.ops.aten
 
-_LOW = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def _acc(dtype):
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype in _LOW else dtype
 
 
 def _tuple(v, nd):
@@ -98,7 +95,7 @@ def _select_max(candidates, init_index, dtype):
 
 def _scatter_to_plane(grad_output, indices, input_shape, nd):
     """grad_input: grad_output added at `indices` (flat per plane)."""
-    acc = _acc(grad_output.dtype)
+    acc = acc_dtype(grad_output.dtype)
     lead = input_shape[: len(input_shape) - nd]
     plane = int(np.prod(input_shape[len(input_shape) - nd :], dtype=np.int64))
     batch = int(np.prod(lead, dtype=np.int64))
@@ -220,7 +217,7 @@ def _avg_pool(ctx, x, kernel_size, stride, padding, count_include_pad, divisor_o
     k, s, p = _avg_args(kernel_size, stride, padding, nd)
     out_spatial = ctx.out_shape[-nd:]
     pads, divisor = _avg_geometry(x.shape[-nd:], out_spatial, k, s, p, count_include_pad, divisor_override)
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     total = _window_sum(x.astype(acc), k, s, pads)
     divisor = jnp.broadcast_to(jnp.asarray(divisor, acc), total.shape)
     if jnp.issubdtype(acc, jnp.integer):
@@ -232,7 +229,7 @@ def _avg_pool_backward(grad_output, x, kernel_size, stride, padding, count_inclu
     k, s, p = _avg_args(kernel_size, stride, padding, nd)
     out_spatial = grad_output.shape[-nd:]
     pads, divisor = _avg_geometry(x.shape[-nd:], out_spatial, k, s, p, count_include_pad, divisor_override)
-    acc = _acc(grad_output.dtype)
+    acc = acc_dtype(grad_output.dtype)
     g = grad_output.astype(acc) / jnp.asarray(divisor, acc)
     _, vjp = jax.vjp(lambda v: _window_sum(v, k, s, pads), jnp.zeros(x.shape, acc))
     return vjp(g)[0]
@@ -297,7 +294,7 @@ def _contract_spatial(x, matrices, nd):
 
 def _adaptive_avg(ctx, x, nd):
     out_spatial = ctx.out_shape[-nd:]
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     mats, counts = zip(*[_membership(L, O) for L, O in zip(x.shape[-nd:], out_spatial)])
     total = _contract_spatial(x.astype(acc), mats, nd)
     return total / jnp.asarray(_outer_prod(counts), acc)
@@ -305,7 +302,7 @@ def _adaptive_avg(ctx, x, nd):
 
 def _adaptive_avg_backward(grad_output, x, nd):
     out_spatial = grad_output.shape[-nd:]
-    acc = _acc(grad_output.dtype)
+    acc = acc_dtype(grad_output.dtype)
     mats, counts = zip(*[_membership(L, O) for L, O in zip(x.shape[-nd:], out_spatial)])
     g = grad_output.astype(acc) / jnp.asarray(_outer_prod(counts), acc)
     return _contract_spatial(g, [m.T for m in mats], nd)

@@ -17,19 +17,15 @@ import numpy as np
 import torch
 
 from ..registry import lower
+from .common import acc_dtype
 
 aten = torch.ops.aten
 
-_REDUCED = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 # ------------------------------------------------------------------ helpers
 
 
-def _acc(dtype):
-    """Accumulation dtype for `dtype` (float32 for the 16-bit floats)."""
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype in _REDUCED else dtype
 
 
 def _is_float(dtype):
@@ -106,7 +102,7 @@ def _sum(x, axes, keepdim, out_dtype):
     """torch.sum semantics: cast to the output dtype, accumulate (in float32
     for the 16-bit floats), cast back."""
     x = x.astype(out_dtype)
-    return jnp.sum(x.astype(_acc(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
+    return jnp.sum(x.astype(acc_dtype(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
 
 
 def _as_1d(x):
@@ -155,7 +151,7 @@ def nansum(ctx, self, dim=None, keepdim=False, dtype=None):
 
 def _mean(ctx, self, axes, keepdim):
     out = ctx.out_dtype
-    acc = _acc(out)
+    acc = acc_dtype(out)
     n = _numel(self.shape, axes)
     s = jnp.sum(self.astype(out).astype(acc), axis=axes, keepdims=keepdim)
     return (s / jnp.asarray(n, acc)).astype(out)
@@ -173,7 +169,7 @@ def mean_dim(ctx, self, dim, keepdim=False, dtype=None):
 
 def _prod(x, axes, keepdim, out_dtype):
     x = x.astype(out_dtype)
-    return jnp.prod(x.astype(_acc(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
+    return jnp.prod(x.astype(acc_dtype(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
 
 
 @lower(aten.prod.default, aten.prod.out)
@@ -308,7 +304,7 @@ def _var_mean(self, dim, correction, keepdim):
     if _kind(self.dtype) in ("bool", "int"):
         raise RuntimeError("std and var only support floating point and complex dtypes")
     axes = _axes(dim, self.ndim)
-    acc = _acc(self.dtype)
+    acc = acc_dtype(self.dtype)
     x = self.astype(acc)
     n = _numel(self.shape, axes)
     real = jnp.finfo(acc).dtype if _is_complex(acc) else acc
@@ -349,7 +345,7 @@ def std_mean(ctx, self, dim=None, correction=None, keepdim=False):
 
 def _vector_norm(x, ord, axes, keepdim, out_dtype):
     """torch.linalg.vector_norm; `ord` is a Python number (static)."""
-    acc = _acc(x.dtype)
+    acc = acc_dtype(x.dtype)
     x = x.astype(acc)
     a = jnp.abs(x)  # real for complex input
     real = a.dtype
@@ -421,7 +417,7 @@ def _logsumexp(x, axes, keepdim):
 @lower(aten.logsumexp.default, aten.logsumexp.out)
 def logsumexp(ctx, self, dim, keepdim=False):
     out = ctx.out_dtype
-    x = self.astype(_acc(out))
+    x = self.astype(acc_dtype(out))
     return _logsumexp(x, _axes(dim, self.ndim), keepdim)
 
 
@@ -503,13 +499,13 @@ def _log_softmax(self, dim, acc):
 @lower(aten._softmax.default)
 def softmax(ctx, self, dim, half_to_float):
     _float_only("softmax", self.dtype)
-    return _softmax(self, dim, _acc(ctx.out_dtype))
+    return _softmax(self, dim, acc_dtype(ctx.out_dtype))
 
 
 @lower(aten._log_softmax.default)
 def log_softmax(ctx, self, dim, half_to_float):
     _float_only("log_softmax", self.dtype)
-    return _log_softmax(self, dim, _acc(ctx.out_dtype))
+    return _log_softmax(self, dim, acc_dtype(ctx.out_dtype))
 
 
 @lower(aten._safe_softmax.default)
@@ -517,7 +513,7 @@ def safe_softmax(ctx, self, dim, dtype=None):
     """softmax that gives 0 (not NaN) on rows that are entirely -inf."""
     _float_only("softmax", ctx.out_dtype)
     x = self.astype(ctx.out_dtype)
-    out = _softmax(x, dim, _acc(ctx.out_dtype))
+    out = _softmax(x, dim, acc_dtype(ctx.out_dtype))
     axis = _wrap(dim, self.ndim)
     masked = jnp.all(_as_1d(self) == -jnp.inf, axis=axis, keepdims=True).reshape(
         tuple(1 if i == axis else s for i, s in enumerate(self.shape))
@@ -528,7 +524,7 @@ def safe_softmax(ctx, self, dim, dtype=None):
 @lower(aten._softmax_backward_data.default)
 def softmax_backward(ctx, grad_output, output, dim, input_dtype):
     _float_only("softmax_backward", grad_output.dtype)
-    acc = _acc(ctx.out_dtype)
+    acc = acc_dtype(ctx.out_dtype)
     g = _as_1d(grad_output).astype(acc)
     y = _as_1d(output).astype(acc)
     axis = _wrap(dim, output.ndim)
@@ -539,7 +535,7 @@ def softmax_backward(ctx, grad_output, output, dim, input_dtype):
 @lower(aten._log_softmax_backward_data.default)
 def log_softmax_backward(ctx, grad_output, output, dim, input_dtype):
     _float_only("log_softmax_backward", grad_output.dtype)
-    acc = _acc(ctx.out_dtype)
+    acc = acc_dtype(ctx.out_dtype)
     g = _as_1d(grad_output).astype(acc)
     y = _as_1d(output).astype(acc)
     axis = _wrap(dim, output.ndim)

@@ -13,6 +13,7 @@ import torch
 from jax import lax
 
 from ..registry import lower
+from .common import acc_dtype
 from .reductions import reject, require_nonempty
 
 # Out variants with a CompositeExplicitAutograd kernel are named in the
@@ -20,12 +21,8 @@ from .reductions import reject, require_nonempty
 
 aten = torch.ops.aten
 
-_REDUCED = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def _acc(dtype):
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype in _REDUCED else dtype
 
 
 def _has_nan(dtype):
@@ -220,7 +217,7 @@ def _scan(self, dim, dtype, fn):
     """Apply a cumulative `fn(x, axis)` in the accumulation dtype of `dtype`."""
     x = self.reshape(1) if self.ndim == 0 else self
     axis = dim % max(self.ndim, 1)
-    x = x.astype(dtype).astype(_acc(dtype))
+    x = x.astype(dtype).astype(acc_dtype(dtype))
     return fn(x, axis).astype(dtype).reshape(self.shape)
 
 
