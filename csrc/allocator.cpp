@@ -132,27 +132,11 @@ class SyntheticAllocator final : public c10::DeviceAllocator {
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    DeviceState& state = state_for(device);
-    for (c10::CachingAllocator::Stat* stat :
-         {&state.allocated_bytes,
-          &state.requested_bytes,
-          &state.reserved_bytes,
-          &state.allocations}) {
-      stat->reset_accumulated();
-    }
+    for_each_stat(device, [](c10::CachingAllocator::Stat& stat) { stat.reset_accumulated(); });
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    DeviceState& state = state_for(device);
-    for (c10::CachingAllocator::Stat* stat :
-         {&state.allocated_bytes,
-          &state.requested_bytes,
-          &state.reserved_bytes,
-          &state.allocations}) {
-      stat->reset_peak();
-    }
+    for_each_stat(device, [](c10::CachingAllocator::Stat& stat) { stat.reset_peak(); });
   }
 
   // Called from storage deleters, on any thread, possibly without the GIL.
@@ -235,6 +219,15 @@ class SyntheticAllocator final : public c10::DeviceAllocator {
   }
 
  private:
+  template <typename Fn>
+  void for_each_stat(c10::DeviceIndex device, Fn fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceState& state = state_for(device);
+    for (auto* stat : {&state.allocated_bytes, &state.requested_bytes, &state.reserved_bytes, &state.allocations}) {
+      fn(*stat);
+    }
+  }
+
   DeviceState& state_for(c10::DeviceIndex device) {
     TORCH_CHECK(
         device >= 0 && static_cast<size_t>(device) < kMaxDevices,

@@ -294,6 +294,21 @@ void add_static(Call& call, const c10::IValue& v) {
   }
 }
 
+// A list argument: its length, then each item.
+template <typename AddItem>
+void add_list(Call& call, const c10::IValue& v, AddItem add_item) {
+  if (!v.isList() && !v.isTensorList() && !v.isDoubleList() && !v.isIntList()) {
+    call.fast = false;
+    return;
+  }
+  const auto list = v.toListRef();
+  call.key.push_back(kTagList);
+  call.key.push_back(static_cast<int64_t>(list.size()));
+  for (const auto& item : list) {
+    add_item(item);
+  }
+}
+
 void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v) {
   switch (info.kinds[i]) {
     case kTensor:
@@ -304,19 +319,8 @@ void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v
     case kOptTensorList:
       if (v.isNone()) {
         call.key.push_back(kTagNone);
-        break;
-      }
-      if (!v.isList() && !v.isTensorList()) {
-        call.fast = false;
-        break;
-      }
-      {
-        const auto list = v.toListRef();
-        call.key.push_back(kTagList);
-        call.key.push_back(static_cast<int64_t>(list.size()));
-        for (const auto& item : list) {
-          add_tensor_arg(call, item);
-        }
+      } else {
+        add_list(call, v, [&](const c10::IValue& item) { add_tensor_arg(call, item); });
       }
       break;
     case kScalar:
@@ -327,18 +331,7 @@ void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v
       }
       break;
     case kScalarList:
-      if (!v.isList() && !v.isDoubleList() && !v.isIntList()) {
-        call.fast = false;
-        break;
-      }
-      {
-        const auto list = v.toListRef();
-        call.key.push_back(kTagList);
-        call.key.push_back(static_cast<int64_t>(list.size()));
-        for (const auto& item : list) {
-          add_dynamic_scalar(call, item);
-        }
-      }
+      add_list(call, v, [&](const c10::IValue& item) { add_dynamic_scalar(call, item); });
       break;
     case kGenerator:
       call.key.push_back(kTagOther);

@@ -27,6 +27,14 @@ c10::DeviceIndex target_device(std::optional<c10::Device> device) {
   return index;
 }
 
+void check_factory_options(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  TORCH_CHECK(
+      layout.value_or(c10::kStrided) == c10::kStrided,
+      "torchtpu supports only strided tensors, got layout ",
+      layout.value_or(c10::kStrided));
+}
+
 at::Tensor empty_memory_format(
     c10::IntArrayRef size,
     std::optional<c10::ScalarType> dtype,
@@ -34,12 +42,7 @@ at::Tensor empty_memory_format(
     std::optional<c10::Device> device,
     std::optional<bool> pin_memory,
     std::optional<c10::MemoryFormat> memory_format) {
-  TORCH_CHECK(
-      !pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  TORCH_CHECK(
-      layout.value_or(c10::kStrided) == c10::kStrided,
-      "torchtpu supports only strided tensors, got layout ",
-      layout.value_or(c10::kStrided));
+  check_factory_options(layout, pin_memory);
   c10::DeviceGuard guard(c10::Device(kTpu, target_device(device)));
   return at::detail::empty_generic(
       size,
@@ -56,12 +59,7 @@ at::Tensor empty_strided(
     std::optional<c10::Layout> layout,
     std::optional<c10::Device> device,
     std::optional<bool> pin_memory) {
-  TORCH_CHECK(
-      !pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  TORCH_CHECK(
-      layout.value_or(c10::kStrided) == c10::kStrided,
-      "torchtpu supports only strided tensors, got layout ",
-      layout.value_or(c10::kStrided));
+  check_factory_options(layout, pin_memory);
   c10::DeviceGuard guard(c10::Device(kTpu, target_device(device)));
   return at::detail::empty_strided_generic(
       size, stride, get_allocator_base(), kTpuKeys, c10::dtype_or_default(dtype));
