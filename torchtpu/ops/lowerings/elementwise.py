@@ -341,8 +341,19 @@ def add(ctx, self, other, alpha=1):
     return (cast(self, m) + cast(alpha, m) * cast(other, m)).astype(dt)
 
 
+def _sub_check(ctx):
+    """ATen's sub_check (its meta kernel skips it): no bool operands."""
+    for v in ctx.meta_args[:2]:
+        if (v.dtype == torch.bool) if isinstance(v, torch.Tensor) else isinstance(v, bool):
+            raise RuntimeError(
+                "Subtraction, the `-` operator, with a bool tensor is not supported. "
+                "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+            )
+
+
 @lower(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx, self, other, alpha=1):
+    _sub_check(ctx)
     dt = ctx.result_type(0, 1)
     m = opmath(dt)
     return (cast(self, m) - cast(alpha, m) * cast(other, m)).astype(dt)
@@ -350,6 +361,7 @@ def sub(ctx, self, other, alpha=1):
 
 @lower(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(ctx, self, other, alpha=1):
+    _sub_check(ctx)
     dt = ctx.result_type(0, 1)
     m = opmath(dt)
     return (cast(other, m) - cast(alpha, m) * cast(self, m)).astype(dt)
