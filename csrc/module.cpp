@@ -16,6 +16,8 @@ namespace torchtpu {
 
 void register_hooks();
 void drain_boxes();
+void register_memory_bindings(py::module& m);  // memory_bindings.cpp
+void register_stream_bindings(py::module& m);  // stream_bindings.cpp
 void init_fastpath(
     py::object boxes,
     py::object move_box,
@@ -143,16 +145,6 @@ PYBIND11_MODULE(_C, m) {
       },
       "The default torch.Generator of tpu:device.");
 
-  m.def("_basic_memory_stats", [](int device) {
-    const auto s = basic_stats(static_cast<c10::DeviceIndex>(device));
-    py::dict d;
-    d["allocated_bytes"] = s.allocated_bytes;
-    d["peak_allocated_bytes"] = s.peak_allocated_bytes;
-    d["reserved_bytes"] = s.reserved_bytes;
-    d["peak_reserved_bytes"] = s.peak_reserved_bytes;
-    d["allocations"] = s.allocations;
-    d["peak_allocations"] = s.peak_allocations;
-    d["pending_free_bytes"] = s.pending_free_bytes;
-    return d;
-  });
+  register_memory_bindings(m);
+  register_stream_bindings(m);
 }

@@ -144,25 +144,6 @@ def initial_seed() -> int:
     return default_generator(current_device()).initial_seed()
 
 
-# --------------------------------------------------------------- memory
-
-
-def memory_allocated(device=None) -> int:
-    return _C._basic_memory_stats(_index(device))["allocated_bytes"]
-
-
-def max_memory_allocated(device=None) -> int:
-    return _C._basic_memory_stats(_index(device))["peak_allocated_bytes"]
-
-
-def memory_reserved(device=None) -> int:
-    return _C._basic_memory_stats(_index(device))["reserved_bytes"]
-
-
-def max_memory_reserved(device=None) -> int:
-    return _C._basic_memory_stats(_index(device))["peak_reserved_bytes"]
-
-
 # -------------------------------------------------------------- misc
 
 
@@ -172,3 +153,11 @@ def _is_in_bad_fork() -> bool:
 
 def get_amp_supported_dtype():
     return [torch.bfloat16, torch.float16]
+
+
+# The memory API (torch.cuda.memory_* mirrors) and streams/events live in
+# their own modules; torch.tpu exposes them here.
+from .memory import *  # noqa: E402,F401,F403
+from .memory import __all__ as _memory_all  # noqa: E402
+from .streams import *  # noqa: E402,F401,F403
+from .streams import __all__ as _streams_all  # noqa: E402
