@@ -109,6 +109,9 @@ struct State {
   py::object move_box;  // boxes.move(address, new_address, new_nbytes)
   PyObject* pending_checks = nullptr;  // torchtpu.runtime.checks.pending (list)
   py::object fold_checks;  // checks.maybe_fold
+  // TORCHTPU_LAUNCH_BLOCKING: wait for every kernel and report its
+  // device-side check failures at once, so errors point at their op.
+  py::object launch_blocking;  // None, or a callable(results) that waits
   py::object op_info;  // (name, overload) -> (kinds, static positions, fast)
   py::object slow_path;  // (name, overload, args, kwargs) -> (result, spec)
   std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> ops;
@@ -607,6 +610,14 @@ void run_spec(
       }
     }
   }
+  if (state()->launch_blocking && !state()->launch_blocking.is_none()) {
+    try {
+      state()->launch_blocking(owned);
+    } catch (py::error_already_set& e) {
+      e.restore();
+      rethrow_python();
+    }
+  }
   // Returns: fresh outputs, or the (mutated) arguments themselves.
   const size_t n_args = op.schema().arguments().size();
   std::vector<c10::IValue> args_saved(
@@ -721,6 +732,10 @@ void set_dynamic_scalar(const std::string& name, const std::string& overload, in
   if (it != s->ops.end()) {
     it->second->dynamic.at(static_cast<size_t>(position)) = true;
   }
+}
+
+void set_launch_blocking(py::object wait) {
+  state()->launch_blocking = std::move(wait);
 }
 
 std::pair<int64_t, int64_t> fastpath_stats() {

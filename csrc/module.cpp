@@ -28,6 +28,7 @@ void init_fastpath(
 void register_kernels(const std::vector<std::string>& names);
 std::pair<int64_t, int64_t> fastpath_stats();
 void set_dynamic_scalar(const std::string& name, const std::string& overload, int position);
+void set_launch_blocking(py::object wait);
 void clear_fastpath_cache();
 
 namespace {
@@ -83,6 +84,11 @@ PYBIND11_MODULE(_C, m) {
       "Make the C++ entry point the PrivateUse1 kernel of these aten ops "
       "(so a lowering wins over a CompositeExplicitAutograd kernel).");
   m.def("_fastpath_stats", &fastpath_stats, "(hits, misses) of the C++ kernel cache");
+  m.def(
+      "_set_launch_blocking",
+      &set_launch_blocking,
+      "None, or a callable(kernel results) run after every kernel (it waits "
+      "for them and reports their device-side check failures).");
   m.def(
       "_set_dynamic_scalar",
       &set_dynamic_scalar,

@@ -265,3 +265,19 @@ def test_value_errors_are_device_side_checks():
         loss.item()
     ok = F.cross_entropy(logits, torch.tensor([0, -100], device="tpu"))  # ignore_index is fine
     assert torch.isfinite(ok.cpu())
+
+
+def test_launch_blocking_reports_errors_at_the_op():
+    code = (
+        "import torch, torchtpu\n"
+        "x = torch.randn(3, 3, device='tpu')\n"
+        "for _ in range(3):\n"
+        "    try:\n"
+        "        x.gather(0, torch.tensor([[5]], device='tpu'))\n"
+        "        print('late')\n"
+        "    except RuntimeError as e:\n"
+        "        print('at-op' if 'out of bounds' in str(e) else e)\n"
+    )
+    env = dict(os.environ, TORCHTPU_LAUNCH_BLOCKING="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["at-op"] * 3, out.stdout + out.stderr

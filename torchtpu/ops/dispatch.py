@@ -46,6 +46,22 @@ _cache: dict = {}
 stats = {"calls": 0, "compiles": 0}
 
 
+def wait_for(results):
+    """TORCHTPU_LAUNCH_BLOCKING: every op waits for its kernel, and a failed
+    device-side check is raised by the op that failed it."""
+    jax.block_until_ready(results)
+    checks.flush()
+
+
+launch_blocking = False
+
+
+def set_launch_blocking(enabled: bool) -> None:
+    global launch_blocking
+    launch_blocking = bool(enabled)
+    _C._set_launch_blocking(wait_for if launch_blocking else None)
+
+
 class Unsupported(Exception):
     """The generic path cannot run this call (no meta kernel, data-dependent
     output shape, ...); the caller falls back."""
@@ -314,6 +330,8 @@ def _execute(kernel, sch, values, call):
     if kernel.checks is not None:
         checks.pending.append((results[-1], kernel.checks))
         checks.maybe_fold()
+    if launch_blocking:
+        wait_for(results)
     if kernel.sigs is None:
         kernel.sigs = [None if r is None else boxes.signature(tuple(r.shape), np.dtype(r.dtype)) for r in results]
         kernel._plan_donation(entries)

@@ -11,6 +11,7 @@ The C++ entry point serves cache hits itself and sends everything else to
 or fallback) and hands back the kernel it used when that is safe to reuse.
 """
 
+import os
 import threading
 
 import torch
@@ -133,6 +134,10 @@ def ensure_loaded():
             overload = op._overloadname
             names.add(op._schema.name.split("::")[1] + ("" if overload == "default" else "." + overload))
         _C._register_kernels(sorted(names))
+        if os.environ.get("TORCHTPU_LAUNCH_BLOCKING", "0").strip().lower() in ("1", "true", "yes", "on"):
+            from . import dispatch
+
+            dispatch.set_launch_blocking(True)
         _loaded = True
 
 
