@@ -51,6 +51,13 @@ def reset_fallback_counts() -> None:
     fallback.reset_counts()
 
 
+def compile_stats() -> dict:
+    """torch.compile(backend="tpu") telemetry (see torchtpu.compile)."""
+    from .compile import compile_stats as stats
+
+    return stats()
+
+
 def kernel_cache_stats() -> dict:
     """Eager kernel cache: distinct kernels compiled, Python-path calls, and
     the C++ entry point's cache hits/misses."""

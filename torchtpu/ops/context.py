@@ -26,7 +26,7 @@ def matmul_precision():
 
 
 class LoweringContext:
-    __slots__ = ("op", "meta_args", "out_meta", "precision", "_rng", "_draws", "checks")
+    __slots__ = ("op", "meta_args", "out_meta", "precision", "_rng", "_draws", "checks", "stream")
 
     def __init__(self, op, meta_args, out_meta, precision, rng=None):
         self.op = op
@@ -35,6 +35,7 @@ class LoweringContext:
         self.precision = precision
         self._rng = rng  # (seed_hi, seed_lo, offset_hi, offset_lo), traced
         self._draws = 0
+        self.stream = 0  # distinguishes random ops sharing one (seed, offset) in a graph
         self.checks = []  # [(traced ok, traced value, message, error class)]
 
     @property
@@ -87,6 +88,8 @@ class LoweringContext:
         key = jax.random.wrap_key_data(jnp.stack([seed_hi, seed_lo]), impl="threefry2x32")
         key = jax.random.fold_in(key, offset_lo)
         key = jax.random.fold_in(key, offset_hi)
+        if self.stream:
+            key = jax.random.fold_in(key, self.stream)
         key = jax.random.fold_in(key, self._draws)
         self._draws += 1
         return key

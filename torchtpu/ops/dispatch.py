@@ -76,7 +76,7 @@ def device_mismatch(a, b):
 # ------------------------------------------------------------ per call
 
 
-class _Call:
+class Call:
     """Runtime data gathered while building the key of one call."""
 
     __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "device", "requested", "generator")
@@ -295,11 +295,11 @@ def run_with_kernel(op, args, kwargs):
     entry = entry_of(op)
     sch = entry.schema
     values = sch.normalize(args, kwargs)
-    call = _Call()
+    call = Call()
     key = call.key(sch, entry, values)
     kernel = _cache.get(key)
     if kernel is None and entry.note_scalars(values):
-        call = _Call()
+        call = Call()
         key = call.key(sch, entry, values)
         kernel = _cache.get(key)
     if kernel is None:

@@ -28,6 +28,11 @@ class Lowering:
 
 LOWERINGS: dict = {}
 
+# Lowerings of view ops, for graphs only (torch.compile).  In eager mode views
+# are ATen's own metadata kernels (they must alias); inside a compiled graph
+# a view is just a value computed from its input.
+VIEW_LOWERINGS: dict = {}
+
 
 def known_to_dispatcher(op) -> bool:
     """False for TorchScript-only overloads (e.g. `index.Tensor_hacked_twin`)."""
@@ -62,6 +67,24 @@ def lower(*targets, static=(), random=False, traced=()):
         return fn
 
     return deco
+
+
+def lower_view(*targets):
+    """Register `fn` as the graph lowering of these view overloads."""
+
+    def deco(fn):
+        entry = Lowering(fn)
+        for target in targets:
+            for op in _overloads(target):
+                VIEW_LOWERINGS.setdefault(op, entry)
+        return fn
+
+    return deco
+
+
+def find_graph_lowering(op):
+    """The lowering of `op` inside a compiled graph (views included)."""
+    return VIEW_LOWERINGS.get(op) or find_lowering(op)
 
 
 def _signature(op):

@@ -88,7 +88,7 @@ class OpSchema:
         for r in schema.returns:
             target = None
             if r.alias_info is not None:
-                target = alias_sets.get(next(iter(r.alias_info.before_set)), None)
+                target = alias_sets.get(next(iter(r.alias_info.before_set), None), None)
                 if not r.alias_info.is_write:
                     self.is_view = True
             self.return_alias.append(target)

@@ -16,6 +16,9 @@ _platform = None
 def _configure_and_list():
     import jax
 
+    from . import compile_cache
+
+    compile_cache.configure()  # before the first compilation, eager kernels included
     # torch's default integer is int64 and float64 is a real dtype there:
     # without x64 JAX would silently narrow them.
     jax.config.update("jax_enable_x64", True)

@@ -1,0 +1,260 @@
+"""torch.compile(backend="tpu"): parity with eager tpu and with CPU, graph
+input mutations, aliasing outputs, randomness, caches, fallbacks."""
+
+import copy
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+import torchtpu.compile
+from torchtpu.models import CNN, GPT, MLP
+from utils import assert_close
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    torchtpu.compile.reset_compile_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def _graph_stats():
+    return torchtpu.compile_stats()
+
+
+def _train(model, data, steps, device, compiled, compile_step=False, lr=2e-3):
+    model = model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, foreach=True)
+    fwd = torch.compile(model, backend="tpu") if compiled else model
+
+    def opt_step():
+        opt.step()
+
+    step_fn = torch.compile(opt_step, backend="tpu") if compile_step else opt_step
+    losses = []
+    for i in range(steps):
+        x, y = (t.to(device) for t in data(i))
+        loss = model.loss(x, y) if not compiled and hasattr(model, "loss") else _loss(fwd, model, x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        step_fn()
+        losses.append(loss.item())
+    return losses, model
+
+
+def _loss(fwd, model, x, y):
+    out = fwd(x)
+    if isinstance(model, GPT):
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return F.cross_entropy(out, y)
+
+
+def _gpt_data(i):
+    g = torch.Generator().manual_seed(100 + i)
+    idx = torch.randint(0, 64, (4, 16), generator=g)
+    return idx, (idx + 1) % 64
+
+
+def _mlp_data(i):
+    g = torch.Generator().manual_seed(200 + i)
+    x = torch.randn(16, 32, generator=g)
+    return x, x[:, :10].argmax(1)
+
+
+def _cnn_data(i):
+    g = torch.Generator().manual_seed(300 + i)
+    return torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 10, (4,), generator=g)
+
+
+def _gpt():
+    torch.manual_seed(0)
+    return GPT(vocab=64, d_model=32, n_heads=4, n_layers=2, max_len=16)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_forward_backward_parity(kind):
+    torch.manual_seed(0)
+    model = MLP() if kind == "mlp" else CNN(dropout=0.0)
+    x, y = (_mlp_data if kind == "mlp" else _cnn_data)(0)
+    ref = copy.deepcopy(model)
+    out_cpu = ref(x)
+    F.cross_entropy(out_cpu, y).backward()
+    tpu_model = copy.deepcopy(model).to("tpu")
+    fn = torch.compile(tpu_model, backend="tpu")
+    out = fn(x.to("tpu"))
+    F.cross_entropy(out, y.to("tpu")).backward()
+    assert_close(out, out_cpu, **TOL)
+    for (name, p), (_, q) in zip(tpu_model.named_parameters(), ref.named_parameters()):
+        assert_close(p.grad, q.grad, **TOL)
+    for (name, b), (_, c) in zip(tpu_model.named_buffers(), ref.named_buffers()):
+        assert_close(b, c, **TOL)  # BatchNorm running stats: an input mutation
+    stats = _graph_stats()
+    assert stats["eager_fallback_graphs"] == 0, [g["fallback"] for g in stats["per_graph"]]
+    assert stats["compilations"] >= 2  # forward and backward
+
+
+def test_batchnorm_eval_parity():
+    torch.manual_seed(0)
+    model = CNN(dropout=0.0)
+    _train(model, _cnn_data, 2, "cpu", compiled=False)
+    tpu_model = copy.deepcopy(model).to("tpu").eval()
+    model.eval()
+    x, _ = _cnn_data(7)
+    with torch.no_grad():
+        out = torch.compile(tpu_model, backend="tpu")(x.to("tpu"))
+    assert_close(out, model(x), **TOL)
+
+
+@pytest.mark.parametrize("compile_step", [False, True])
+def test_gpt_training_parity(compile_step):
+    cpu_losses, cpu_model = _train(_gpt(), _gpt_data, 10, "cpu", compiled=False)
+    eager_losses, _ = _train(_gpt(), _gpt_data, 3, "tpu", compiled=False)
+    tpu_losses, tpu_model = _train(_gpt(), _gpt_data, 10, "tpu", compiled=True, compile_step=compile_step)
+    torch.testing.assert_close(torch.tensor(tpu_losses), torch.tensor(cpu_losses), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(tpu_losses[:3]), torch.tensor(eager_losses), rtol=1e-4, atol=1e-5)
+    cpu_state = cpu_model.state_dict()
+    for name, value in tpu_model.state_dict().items():
+        torch.testing.assert_close(value.cpu(), cpu_state[name], rtol=1e-4, atol=2e-4)  # Adam: see test_training
+    assert _graph_stats()["eager_fallback_graphs"] == 0, [g["fallback"] for g in _graph_stats()["per_graph"]]
+
+
+def test_outputs_that_are_views_of_inputs():
+    def f(x, y):
+        return x.t(), x[1:, ::2], y.view(-1) + 1, x
+
+    x = torch.randn(4, 6)
+    y = torch.randn(2, 3)
+    xt, yt = x.to("tpu"), y.to("tpu")
+    out = torch.compile(f, backend="tpu")(xt, yt)
+    expected = f(x, y)
+    for a, b in zip(out, expected):
+        assert_close(a, b)
+    assert out[0]._base is xt or out[0].untyped_storage().data_ptr() == xt.untyped_storage().data_ptr()
+    assert out[3] is xt
+    out[1].fill_(0)  # a real view: writes land in x
+    assert xt.cpu()[1:, ::2].eq(0).all()
+
+
+def test_input_mutated_in_place():
+    def f(x, y):
+        x.add_(y)
+        x[0].mul_(2)
+        return (x * y).sum()
+
+    x = torch.randn(3, 4)
+    y = torch.randn(3, 4)
+    xt = x.to("tpu")
+    ptr = xt.data_ptr()
+    out = torch.compile(f, backend="tpu")(xt, y.to("tpu"))
+    expected = f(x, y)
+    assert_close(out, expected, **TOL)
+    assert_close(xt, x, **TOL)
+    assert xt.data_ptr() == ptr
+
+
+def test_multiple_outputs_and_dtypes():
+    def f(x, i):
+        return x.softmax(-1), x.argmax(-1), (x > 0).sum(), x[i].to(torch.bfloat16)
+
+    x = torch.randn(5, 7)
+    i = torch.tensor([4, 0, 2])
+    out = torch.compile(f, backend="tpu")(x.to("tpu"), i.to("tpu"))
+    for a, b in zip(out, f(x, i)):
+        assert_close(a, b)
+
+
+def test_dropout_follows_the_device_generator():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).to("tpu")
+    fn = torch.compile(model, backend="tpu")
+    x = torch.ones(8, 64, device="tpu")
+    torch.manual_seed(5)
+    a = fn(x).cpu()
+    b = fn(x).cpu()
+    torch.manual_seed(5)
+    c = fn(x).cpu()
+    assert torch.equal(a, c)
+    assert not torch.equal(a, b)
+    frac = (a == 0).float().mean().item()
+    assert 0.4 < frac < 0.6
+
+
+def test_same_signature_is_cached_and_new_shape_recompiles(caplog):
+    fn = torch.compile(lambda x: (x * 2).sum(0), backend="tpu")
+    x = torch.randn(4, 3, device="tpu")
+    fn(x)
+    before = _graph_stats()
+    fn(torch.randn(4, 3, device="tpu"))
+    after = _graph_stats()
+    assert after["compilations"] == before["compilations"]
+    assert after["hits"] == before["hits"] + 1
+
+
+def test_unlowerable_op_runs_eagerly_with_a_log_line(caplog):
+    def f(x):
+        return torch.special.zeta(x, x + 1) * 2
+
+    x = torch.rand(6) + 1
+    with caplog.at_level(logging.WARNING, logger="torchtpu.compile"):
+        out = torch.compile(f, backend="tpu")(x.to("tpu"))
+    assert_close(out, f(x), **TOL)
+    assert any("zeta" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert _graph_stats()["eager_fallback_graphs"] >= 1
+
+
+def test_explain_works():
+    def f(x):
+        y = x.sin()
+        print("graph break")
+        return y.cos()
+
+    explanation = torch._dynamo.explain(f)(torch.randn(3, device="tpu"))
+    assert explanation.graph_break_count == 1
+    out = torch.compile(f, backend="tpu")(torch.randn(3, device="tpu"))
+    assert out.device.type == "tpu"
+
+
+def test_options_dump_graphs_and_hlo(tmp_path):
+    fn = torch.compile(lambda x: x.relu() + 1, backend="tpu", options={"dump_dir": str(tmp_path), "xla_opt_level": 1})
+    out = fn(torch.randn(4, device="tpu"))
+    assert out.device.type == "tpu"
+    files = sorted(os.listdir(tmp_path))
+    assert any(f.endswith(".fx.py") for f in files), files
+    hlo = [f for f in files if f.endswith(".stablehlo.mlir")]
+    assert hlo and "stablehlo" in (tmp_path / hlo[0]).read_text()
+    with pytest.raises(Exception, match="unknown compile options"):
+        torch.compile(lambda x: x + 1, backend="tpu", options={"nope": 1})(torch.randn(2, device="tpu"))
+
+
+def test_persistent_cache_second_process(tmp_path):
+    script = textwrap.dedent(
+        """
+        import torch, torchtpu
+        model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to("tpu")
+        torch.manual_seed(0)
+        out = torch.compile(model, backend="tpu")(torch.randn(8, 16, device="tpu"))
+        out.sum().backward()
+        s = torchtpu.compile_stats()
+        print("STATS", s["compilations"], s["persistent_hits"])
+        """
+    )
+    env = dict(os.environ, TORCHTPU_COMPILE_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+        line = [ln for ln in out.stdout.splitlines() if ln.startswith("STATS")]
+        assert line, out.stderr[-3000:]
+        runs.append(tuple(int(v) for v in line[0].split()[1:]))
+    (compiled1, hits1), (compiled2, hits2) = runs
+    assert compiled1 == compiled2 >= 2
+    assert hits1 == 0
+    assert hits2 == compiled2  # every graph of the second process came from disk

@@ -1,0 +1,77 @@
+"""The "tpu" dynamo backend: AOTAutograd for forward and backward graphs,
+each lowered to one `jax.jit` through the eager lowering table.
+
+A graph with a node that cannot be lowered runs op by op on `tpu` (eager
+dispatch, CPU fallback included) with a log line naming the op: slow,
+never wrong."""
+
+import itertools
+import logging
+
+import torch
+
+from ..ops.registry import find_graph_lowering
+from . import stats
+from .graph import GraphLowering, Unlowerable
+from .options import Options
+from .runner import CompiledGraph
+
+log = logging.getLogger("torchtpu.compile")
+_counter = itertools.count()
+
+
+def decompositions():
+    """PyTorch's core-aten decompositions for ops we do not lower; ops we
+    lower (addmm, convolution, the norms, ...) stay whole for XLA."""
+    from torch._decomp import core_aten_decompositions
+
+    return {op: fn for op, fn in core_aten_decompositions().items() if find_graph_lowering(op) is None}
+
+
+def _compiler(options, kind, graph_id):
+    def compile_graph(gm, example_inputs):
+        name = f"graph{graph_id}_{kind}"
+        options.dump_graph(name, gm)
+        try:
+            _check_inputs(example_inputs)
+            lowering = GraphLowering(gm)
+        except Unlowerable as reason:
+            log.warning("torchtpu.compile: %s runs op by op in eager mode: %s", name, reason)
+            stats.register(name, fallback=str(reason))
+            return _boxed(gm.forward)
+        return _boxed(CompiledGraph(lowering, name, options))
+
+    return compile_graph
+
+
+def _check_inputs(example_inputs):
+    for a in example_inputs:
+        if isinstance(a, torch.Tensor) and a.device.type != "tpu" and a.dim() > 0:
+            raise Unlowerable(f"graph input on {a.device}")
+
+
+def _boxed(fn):
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(fn)
+
+
+def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
+    """torch.compile(model, backend="tpu", options={...}): see options.py."""
+    import torchtpu.ops.lowerings.graph_only  # noqa: F401  (views and factories inside graphs)
+    from torch._dynamo.backends.common import aot_autograd
+
+    from ..runtime import compile_cache as cache
+
+    torch.tpu._lazy_init()
+    cache.configure()
+    opts = Options(options)
+    graph_id = next(_counter)
+    backend = aot_autograd(
+        fw_compiler=_compiler(opts, "forward", graph_id),
+        bw_compiler=_compiler(opts, "backward", graph_id),
+        inference_compiler=_compiler(opts, "inference", graph_id),
+        decompositions=decompositions(),
+        keep_inference_input_mutations=True,
+    )
+    return backend(gm, example_inputs)

@@ -1,0 +1,250 @@
+"""A compiled FX graph as a callable on real `tpu` tensors.
+
+Per input signature -- each tensor's view geometry, dtype, storage slot and
+box signature, exactly the eager kernel key (dispatch.Call) -- one `jax.jit`:
+read every input through its view plan, run the lowered graph, write the
+outputs into fresh storages and the graph's input mutations back into the
+inputs' boxes (donating the old buffers when the box is their only holder).
+"""
+
+import logging
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from .. import _C
+from ..ops import plans
+from ..ops.context import matmul_precision
+from ..ops.dispatch import Call
+from ..runtime import boxes, checks, devices
+from ..runtime.dtypes import to_jax
+from ..runtime import compile_cache as cache
+from . import stats
+
+log = logging.getLogger("torchtpu.compile")
+
+
+class _Executable:
+    __slots__ = ("jitted", "donated", "input_slots", "fresh", "writes", "sigs", "checks", "arg_sources", "host_writes")
+
+
+class CompiledGraph:
+    """What the backend hands AOTAutograd for one forward/backward graph."""
+
+    def __init__(self, graph, name, options):
+        self.graph = graph
+        self.name = name
+        self.options = options
+        self.executables = {}
+        self.stats = stats.register(name, graph)
+        self.last_key = None
+        out_node = graph.output_node
+        self.out_meta = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in out_node.args[0]]
+        self.out_nodes = list(out_node.args[0])
+
+    def __call__(self, *args):
+        boxes.drain()
+        call = Call()
+        key = [matmul_precision(), torch.get_default_dtype()]
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                key.append(call.tensor_key(a))
+            else:
+                key.append((type(a), a))
+        if call.device is None:
+            call.device = _C._current_device()
+        key.append(call.device)
+        key = tuple(key)
+        self.stats.requests += 1
+        exe = self.executables.get(key)
+        if exe is None:
+            exe = self._build(args, call, key)
+        else:
+            self.stats.hits += 1
+        return self._run(exe, args, call)
+
+    # ------------------------------------------------------------------ run
+
+    def _run(self, exe, args, call):
+        entries = call.entries
+        flat = []
+        for position, s in enumerate(exe.input_slots):
+            array = entries[s][0]
+            if position in exe.donated and sys.getrefcount(array) > 3:
+                # Someone besides the box holds this buffer (entry tuple,
+                # `array`, getrefcount's argument): donate a copy instead.
+                array = jnp.array(array, copy=True)
+            flat.append(array)
+        flat.extend(call.dyn)
+        if self.graph.random:
+            seed, offset = _C._next_rng(None, call.device, 1)
+            flat.extend((seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF))
+        results = exe.jitted(*flat)
+        if exe.checks is not None:
+            checks.pending.append((results[-1], exe.checks))
+            checks.maybe_fold()
+        device = torch.device("tpu", call.device)
+        fresh = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in exe.fresh]
+        for (kind, ref), result, sig in zip(exe.writes, results, exe.sigs):
+            if kind == "host":
+                args[ref].copy_(torch.from_numpy(np.asarray(result)).reshape(args[ref].shape))
+                continue
+            address = fresh[ref].data_ptr() if kind == "fresh" else call.addresses[ref]
+            if address and result is not None:
+                boxes.boxes[address] = (result, sig)
+        outputs = []
+        for kind, ref in exe.arg_sources:
+            if kind == "fresh":
+                outputs.append(fresh[ref])
+            elif kind == "input":
+                outputs.append(args[ref])
+            else:
+                outputs.append(ref)
+        return outputs
+
+    # ---------------------------------------------------------------- build
+
+    def _build(self, args, call, key):
+        if self.last_key is not None:
+            log.info("torchtpu.compile: recompiling %s: %s", self.name, _diff(self.last_key, key))
+        self.last_key = key
+        t0 = time.perf_counter()
+        exe = _Executable()
+        exe.input_slots = [s for s, e in enumerate(call.entries) if e is not None]
+        n_in = len(exe.input_slots)
+        readers = self._readers(args, call)
+        precision = matmul_precision()
+        graph = self.graph
+        placeholders = {p: i for i, p in enumerate(graph.placeholders)}
+
+        # Outputs: a placeholder is returned as the input tensor itself; a
+        # tensor value goes to a fresh storage with ATen's strides.
+        exe.fresh = []
+        exe.arg_sources = []
+        fresh_values = []
+        for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):
+            if isinstance(node, torch.fx.Node) and node in placeholders:
+                exe.arg_sources.append(("input", placeholders[node]))
+            elif isinstance(meta, torch.Tensor):
+                exe.arg_sources.append(("fresh", len(exe.fresh)))
+                exe.fresh.append((tuple(meta.shape), tuple(meta.stride()), meta.dtype))
+                fresh_values.append(i)
+            else:
+                exe.arg_sources.append(("value", None if isinstance(node, torch.fx.Node) else node))
+
+        # Storages the graph mutates (copy_ into an input), in slot order.
+        written_slots = []
+        exe.host_writes = []  # CPU scalar inputs the graph mutates (an optimizer's step count)
+        for index in graph.mutated_placeholders:
+            if args[index].is_cpu:
+                exe.host_writes.append(index)
+                continue
+            slot = call.slot_of[call.infos[id(args[index])][0]]
+            if slot not in written_slots:
+                written_slots.append(slot)
+        table = []
+
+        def fn(*flat):
+            arrays = dict(zip(exe.input_slots, flat[:n_in]))
+            rest = flat[n_in:]
+            rng = tuple(rest[-4:]) if graph.random else None
+            inputs = [read(arrays, rest) for read in readers]
+            outputs, mutations = graph(inputs, rng, precision)
+            results = []
+            for k, i in enumerate(fresh_values):
+                shape, strides, dtype = exe.fresh[k]
+                results.append(plans.write_view(None, _nbytes(shape, strides, dtype), shape, strides, 0, outputs[i]))
+            slots = dict(arrays)
+            for index, value in mutations.items():
+                if index in exe.host_writes:
+                    continue
+                address, nbytes, sizes, strides, offset, _ = call.infos[id(args[index])]
+                slot = call.slot_of[address]
+                slots[slot] = plans.write_view(slots.get(slot), nbytes, sizes, strides, offset, value)
+            results.extend(slots[s] for s in written_slots)
+            results.extend(mutations[index] for index in exe.host_writes)
+            if graph.checks:
+                table[:] = [(message, error, op) for _, _, message, error, op in graph.checks]
+                results.append(checks.check_code([c[:4] for c in graph.checks]))
+            return tuple(results)
+
+        # In-place updates of inputs reuse their buffers when the new value
+        # has the old one's shape and dtype.
+        candidates = [exe.input_slots.index(s) for s in written_slots if s in exe.input_slots]
+        exe.donated = []
+        for position in candidates:
+            slot = exe.input_slots[position]
+            before = call.entries[slot][1]
+            exe.donated.append((position, slot, before))
+        sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(call.device))
+        options = self.options.jit_options()
+        example = self._example_flat(exe, call)
+        lowered = jax.jit(fn, out_shardings=sharding, **options).lower(*example)
+        out_avals = jax.tree_util.tree_leaves(lowered.out_info)
+        first_write = len(exe.fresh)
+        usable = []
+        for position, slot, before in exe.donated:
+            aval = out_avals[first_write + written_slots.index(slot)]
+            if (tuple(aval.shape), np.dtype(aval.dtype)) == before:
+                usable.append(position)
+        exe.donated = frozenset(usable)
+        if usable:
+            lowered = jax.jit(fn, out_shardings=sharding, donate_argnums=tuple(usable), **options).lower(*example)
+        self.options.dump_hlo(self.name, len(self.executables), lowered)
+        hits_before = cache.persistent_hits()
+        exe.jitted = lowered.compile()
+        self.stats.persistent_hits += cache.persistent_hits() - hits_before
+        exe.writes = [("fresh", k) for k in range(len(exe.fresh))] + [("slot", s) for s in written_slots]
+        exe.writes += [("host", index) for index in exe.host_writes]
+        exe.checks = tuple(table) if table else None
+        exe.sigs = [
+            boxes.signature(tuple(a.shape), np.dtype(a.dtype)) for a in jax.tree_util.tree_leaves(lowered.out_info)
+        ]
+        self.executables[key] = exe
+        self.stats.compilations += 1
+        self.stats.compile_seconds += time.perf_counter() - t0
+        return exe
+
+    def _example_flat(self, exe, call):
+        flat = [call.entries[s][0] for s in exe.input_slots] + list(call.dyn)
+        if self.graph.random:
+            flat.extend((0, 0, 0, 0))
+        return flat
+
+    def _readers(self, args, call):
+        readers = []
+        dyn_index = 0
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if a.is_cpu:
+                    k = dyn_index
+                    dyn_index += 1
+                    readers.append(lambda arrays, dyn, k=k: jnp.asarray(dyn[k]))
+                    continue
+                address, nbytes, sizes, strides, offset, _ = call.infos[id(a)]
+                slot = call.slot_of[address]
+                dtype = to_jax(a.dtype)
+                readers.append(
+                    lambda arrays, dyn, slot=slot, g=(sizes, strides, offset, dtype): plans.read_view(arrays.get(slot), *g)
+                )
+            else:
+                readers.append(lambda arrays, dyn, a=a: a)
+        return readers
+
+
+def _nbytes(shape, strides, dtype):
+    if 0 in shape:
+        return 0
+    extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    return extent * dtype.itemsize
+
+
+def _diff(old, new):
+    if len(old) != len(new):
+        return f"{len(new)} inputs instead of {len(old)}"
+    changes = [f"input {i - 2}: {a} -> {b}" for i, (a, b) in enumerate(zip(old, new)) if a != b]
+    return "; ".join(changes[:3]) or "same signature"

@@ -1,0 +1,41 @@
+"""Compile telemetry: `torchtpu.compile_stats()`."""
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class GraphStats:
+    name: str
+    ops: int = 0
+    requests: int = 0  # calls of the compiled graph
+    hits: int = 0  # calls served by an executable already built in this process
+    compilations: int = 0  # executables built (one per input signature)
+    persistent_hits: int = 0  # of those, loaded from JAX's on-disk cache
+    compile_seconds: float = 0.0  # tracing + lowering + XLA compile (or cache load)
+    fallback: str = ""  # why the graph runs op by op, if it does
+
+
+_graphs: list = []
+
+
+def register(name, graph=None, fallback=""):
+    stats = GraphStats(name=name, ops=len(graph.ops) if graph is not None else 0, fallback=fallback)
+    _graphs.append(stats)
+    return stats
+
+
+def snapshot() -> dict:
+    graphs = [asdict(g) for g in _graphs]
+    totals = {
+        key: sum(g[key] for g in graphs)
+        for key in ("requests", "hits", "compilations", "persistent_hits", "compile_seconds")
+    }
+    totals["graphs"] = len(graphs)
+    totals["eager_fallback_graphs"] = sum(1 for g in graphs if g["fallback"])
+    return dict(totals, per_graph=graphs)
+
+
+def reset():
+    _graphs.clear()
+
+
