@@ -17,6 +17,7 @@ from ..ops.context import LoweringContext
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
 from ..runtime.dtypes import to_jax
+from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS, MaskRules, Unpaddable
 
 aten = torch.ops.aten
 
@@ -54,9 +55,14 @@ class GraphLowering:
             elif node.op in ("call_module", "call_method", "get_attr"):
                 raise Unlowerable(f"FX node kind {node.op} ({node.target})")
 
+    @property
+    def symbolic(self) -> bool:
+        """Whether dynamo made some sizes symbolic (dynamic=True, mark_dynamic)."""
+        return any(_has_symbols(_meta(p)) for p in self.placeholders)
+
     def _check(self, node):
         target = node.target
-        if target is operator.getitem:
+        if target is operator.getitem or target in SYMBOLIC_OPS or target in SIZE_QUERIES:
             return
         if not isinstance(target, torch._ops.OpOverload):
             raise Unlowerable(f"{target} is not an aten op")
@@ -78,13 +84,21 @@ class GraphLowering:
         self.random = self.random or lowering.random
         self.ops.append(target)
 
-    def __call__(self, inputs, rng, precision):
+    def __call__(self, inputs, rng, precision, shapes=None, input_masks=None):
         """inputs: one value per placeholder (JAX arrays, Python scalars).
+        With `shapes` (dynamic graphs) symbols take their padded values and
+        `input_masks` say which input elements are real (dynamic.py).
         Returns (outputs, {placeholder index: new value})."""
         env = {}
+        masks = {} if input_masks is not None else None
+        self.shapes = shapes
+        self.rules = MaskRules(shapes) if input_masks is not None else None
         self.checks = []  # device-side checks of the lowered nodes: (ok, value, message, error, op)
-        for node, value in zip(self.placeholders, inputs):
+        for i, (node, value) in enumerate(zip(self.placeholders, inputs)):
             env[node] = value
+            if masks is not None:
+                masks[node] = input_masks[i]
+        self.masks = masks
         mutations = {}
         for index, node in enumerate(self.gm.graph.nodes):
             if node.op != "call_function":
@@ -92,9 +106,16 @@ class GraphLowering:
             target = node.target
             if target is operator.getitem:
                 env[node] = env[node.args[0]][node.args[1]]
+                if masks is not None:
+                    parent = masks.get(node.args[0])
+                    masks[node] = parent[node.args[1]] if isinstance(parent, (list, tuple)) else parent
+            elif target in SYMBOLIC_OPS:
+                env[node] = target(*map_arg(node.args, lambda n: env[n]))
+            elif target in SIZE_QUERIES:
+                env[node] = _size_query(target, env, node)
             elif target is aten.copy_.default:
                 dst = node.args[0]
-                meta = _meta(dst)
+                meta = self._concrete(_meta(dst))
                 value = jnp.broadcast_to(jnp.asarray(env[node.args[1]]).astype(to_jax(meta.dtype)), tuple(meta.shape))
                 mutations[self.placeholders.index(dst)] = value
                 env[node] = value
@@ -109,15 +130,71 @@ class GraphLowering:
         sch = schema_of(op)
         lowering = find_graph_lowering(op)
         values = sch.normalize(map_arg(node.args, lambda n: env[n]), map_arg(node.kwargs, lambda n: env[n]))
-        metas = sch.normalize(map_arg(node.args, _meta), map_arg(node.kwargs, _meta))
+        metas = sch.normalize(map_arg(node.args, self._meta_of), map_arg(node.kwargs, self._meta_of))
         positions = sch.lowering_positions
-        out_meta = _flat_meta(_meta(node))
+        node_meta = self._meta_of(node)
+        out_meta = _flat_meta(node_meta)
         ctx = LoweringContext(op, [metas[i] for i in positions], out_meta, precision, rng if lowering.random else None)
         if lowering.random:
             ctx.stream = index  # each random node draws its own key
-        result = lowering.fn(ctx, *[values[i] for i in positions])
+        if self.shapes is not None:
+            # A symbolic size used as a number (not as a size) is its true value.
+            arg_nodes = sch.normalize(list(node.args), dict(node.kwargs))
+            for i in positions:
+                a = arg_nodes[i]
+                if isinstance(a, torch.fx.Node) and isinstance(_meta(a), torch.SymInt) and sch.kinds[i] in (
+                    "scalar", "tensor", "opt_tensor"
+                ):
+                    values[i] = self.shapes.true_value(_meta(a))
+        args = [values[i] for i in positions]
+        if self.masks is None:
+            result = lowering.fn(ctx, *args)
+        else:
+            arg_nodes = sch.normalize(list(node.args), dict(node.kwargs))
+            arg_masks = [self.masks.get(arg_nodes[i]) if isinstance(arg_nodes[i], torch.fx.Node) else None
+                         for i in positions]
+            # (masks come from the symbolic metadata: which dims are padded)
+            symbolic_in = sch.normalize(map_arg(node.args, _meta), map_arg(node.kwargs, _meta))
+            result, out_masks = self.rules.prepare(
+                node, op, args, arg_masks, [symbolic_in[i] for i in positions], _flat_meta(_meta(node)),
+                lowering.fn, ctx
+            )
+            self.masks[node] = out_masks if isinstance(node_meta, (tuple, list)) else out_masks[0]
         self.checks.extend((ok, value, message, error, str(op)) for ok, value, message, error in ctx.checks)
-        return _conform(result, _meta(node), op)
+        return _conform(result, node_meta, op)
+
+    def _concrete(self, meta):
+        """A symbolic meta value at this call's padded sizes."""
+        if self.shapes is None or not isinstance(meta, torch.Tensor) or not _has_symbols(meta):
+            return meta
+        shapes = self.shapes
+        return torch.empty_strided(shapes.shape(meta.shape), shapes.shape(meta.stride()), dtype=meta.dtype,
+                                   device="meta")
+
+    def _meta_of(self, node):
+        meta = _meta(node)
+        if self.shapes is None:
+            return meta
+        if isinstance(meta, (tuple, list)):
+            return type(meta)(self._concrete(m) for m in meta)
+        if isinstance(meta, torch.SymInt):
+            return self.shapes.size(meta)
+        return self._concrete(meta)
+
+
+def _has_symbols(meta) -> bool:
+    if isinstance(meta, torch.SymInt):
+        return True
+    return isinstance(meta, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in meta.shape)
+
+
+def _size_query(target, env, node):
+    x = env[node.args[0]]
+    if target is aten.sym_size.int:
+        return x.shape[node.args[1]]
+    if target is aten.sym_numel.default:
+        return int(x.size)
+    raise Unpaddable(f"{target} inside a dynamic graph")
 
 
 def _conform(result, meta, op):

@@ -24,6 +24,7 @@ from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from ..runtime import compile_cache as cache
 from . import stats
+from .dynamic_runner import DynamicCalls
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -32,7 +33,7 @@ class _Executable:
     __slots__ = ("jitted", "donated", "input_slots", "fresh", "writes", "sigs", "checks", "arg_sources", "host_writes")
 
 
-class CompiledGraph:
+class CompiledGraph(DynamicCalls):
     """What the backend hands AOTAutograd for one forward/backward graph."""
 
     def __init__(self, graph, name, options):
@@ -45,8 +46,12 @@ class CompiledGraph:
         out_node = graph.output_node
         self.out_meta = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in out_node.args[0]]
         self.out_nodes = list(out_node.args[0])
+        self.symbolic = graph.symbolic
+        self.exact = False  # a dynamic graph that cannot be padded: one executable per shape
 
     def __call__(self, *args):
+        if self.symbolic:
+            return self._call_dynamic(args)
         boxes.drain()
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype()]
@@ -215,11 +220,13 @@ class CompiledGraph:
             flat.extend((0, 0, 0, 0))
         return flat
 
-    def _readers(self, args, call):
+    def _readers(self, args, call, skip=()):
         readers = []
         dyn_index = 0
-        for a in args:
-            if isinstance(a, torch.Tensor):
+        for i, a in enumerate(args):
+            if i in skip:
+                readers.append(None)
+            elif isinstance(a, torch.Tensor):
                 if a.is_cpu:
                     k = dyn_index
                     dyn_index += 1

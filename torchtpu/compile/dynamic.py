@@ -1,0 +1,348 @@
+"""dynamic=True: symbolic sizes are padded up to buckets, so a sweep of
+sequence lengths costs one compilation per bucket, not per length.
+
+Padding is only correct if no real element ever reads a padded one.  Each
+value in the graph therefore carries a validity mask (bool, broadcastable):
+element-wise ops and views pass masks through; reductions, softmax and
+contractions over padded dims first replace padded elements by the op's
+identity (0 for sums and contractions, -inf for max/softmax/logsumexp);
+losses and embeddings neutralise padded rows (ignore_index, index 0).  An op
+with no rule that touches padded data makes the graph `Unpaddable`: it is
+then compiled per exact shape, with a log line saying why.
+
+A dim is padded when its symbolic size involves a bucketed symbol; a pure
+symbol's valid elements are a prefix (`iota < true size`), the mask of a
+merged dim (`s0*s1`) comes from the view that merged it."""
+
+import math
+import operator
+
+import jax.numpy as jnp
+import sympy
+import torch
+from jax import lax
+
+from ..ops.registry import VIEW_LOWERINGS
+
+aten = torch.ops.aten
+
+
+class Unpaddable(Exception):
+    """The graph cannot run on padded inputs (it is compiled per shape)."""
+
+
+def bucket(n: int, policy) -> int:
+    """The padded size of a symbolic dim of true size n."""
+    if policy == "exact" or n <= 1:
+        return n  # 0 and 1 are specialised by dynamo anyway
+    if policy == "pow2":
+        return 1 << (n - 1).bit_length()
+    step = int(policy)
+    return -(-n // step) * step
+
+
+def _expr(x):
+    return x.node.expr if isinstance(x, torch.SymInt) else sympy.Integer(int(x))
+
+
+class Shapes:
+    """Symbol values of one call: true sizes, and the bucket sizes the
+    executable is compiled for.  Inside the executable `true` holds traced
+    scalars (one executable serves every true size of its bucket)."""
+
+    def __init__(self, true_values: dict, padded_values: dict):
+        self.true = true_values  # sympy.Symbol -> int (or traced int)
+        self.padded = padded_values  # sympy.Symbol -> int
+
+    @classmethod
+    def for_call(cls, true_values: dict, policy):
+        return cls(true_values, {s: bucket(v, policy) for s, v in true_values.items()})
+
+    def key(self):
+        return tuple(sorted((str(s), v) for s, v in self.padded.items()))
+
+    def true_value(self, x):
+        """A symbolic scalar's true value (traced inside the executable)."""
+        if not isinstance(x, torch.SymInt):
+            return x
+        return _evaluate(x.node.expr, self.true)
+
+    def size(self, x, padded=True):
+        if not isinstance(x, torch.SymInt):
+            return x
+        env = self.padded if padded else self.true
+        return int(x.node.expr.xreplace(env))
+
+    def shape(self, shape, padded=True):
+        return tuple(self.size(d, padded) for d in shape)
+
+    def is_padded_dim(self, x) -> bool:
+        return isinstance(x, torch.SymInt) and bool(_expr(x).free_symbols & set(self.padded))
+
+    def padded_dims(self, meta):
+        return [d for d, n in enumerate(meta.shape) if self.is_padded_dim(n)]
+
+    def prefix_mask(self, meta):
+        """Validity of a value whose padded dims are pure symbols (None if it
+        has no padded dim); Unpaddable for merged dims (no prefix)."""
+        dims = self.padded_dims(meta)
+        if not dims:
+            return None
+        shape = self.shape(meta.shape)
+        mask = None
+        for d in dims:
+            expr = _expr(meta.shape[d])
+            if not isinstance(expr, sympy.Symbol):
+                raise Unpaddable(f"a value of size {tuple(meta.shape)} has no mask (merged dims)")
+            axis = lax.broadcasted_iota(jnp.int32, tuple(n if i == d else 1 for i, n in enumerate(shape)), d)
+            m = axis < self.true[expr]
+            mask = m if mask is None else mask & m
+        return mask
+
+
+def _evaluate(expr, env):
+    """A sympy size expression with (possibly traced) values for its symbols."""
+    if isinstance(expr, sympy.Symbol):
+        return env[expr]
+    if isinstance(expr, sympy.Integer):
+        return int(expr)
+    args = [_evaluate(a, env) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return sum(args[1:], args[0])
+    if isinstance(expr, sympy.Mul):
+        out = args[0]
+        for a in args[1:]:
+            out = out * a
+        return out
+    if isinstance(expr, sympy.Pow) and isinstance(expr.args[1], sympy.Integer) and int(expr.args[1]) >= 0:
+        return args[0] ** int(expr.args[1])
+    if type(expr).__name__ in ("FloorDiv",):
+        return args[0] // args[1]
+    raise Unpaddable(f"size expression {expr}")
+
+
+# ------------------------------------------------------------ op rules
+
+SOFTMAX_LIKE = {aten._softmax.default, aten._log_softmax.default, aten._safe_softmax.default, aten.logsumexp.default}
+SUM_LIKE = {aten.sum.dim_IntList, aten.sum.default}
+MAX_LIKE = {aten.amax.default: -jnp.inf, aten.amin.default: jnp.inf}
+MEAN = {aten.mean.dim, aten.mean.default}
+SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
+CONTRACTIONS = {aten.mm.default, aten.bmm.default, aten.addmm.default}
+PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.lift_fresh_copy.default}
+# Each output element depends only on elements at smaller-or-equal indices
+# (or its own position): padding at the end never reaches a real element.
+PREFIX_SAFE = {
+    aten.tril.default,
+    aten.triu.default,
+    aten.cumsum.default,
+    aten.cumprod.default,
+    aten.logcumsumexp.default,
+}
+
+
+def _full(mask, shape):
+    return None if mask is None else jnp.broadcast_to(mask, shape)
+
+
+def _neutral(x, mask, fill):
+    if mask is None:
+        return x
+    return jnp.where(mask, x, jnp.asarray(fill).astype(x.dtype))
+
+
+def _any(mask, dims, keepdim, shape):
+    if mask is None:
+        return None
+    out = jnp.any(_full(mask, shape), axis=tuple(dims), keepdims=keepdim)
+    return out
+
+
+def _dims(dim, ndim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    return [d % max(ndim, 1) for d in dim]
+
+
+class MaskRules:
+    """Applies the masking rule of one node: returns (inputs to give the
+    lowering, a function from its output(s) to their mask(s))."""
+
+    def __init__(self, shapes: Shapes):
+        self.shapes = shapes
+
+    def prepare(self, node, op, values, masks, in_metas, out_meta, lowering_fn, ctx):
+        """values: schema-normalised args (tensors as arrays); masks: same
+        positions, a mask or None.  Returns (result, out_masks)."""
+        tensor_masks = [m for m in masks if m is not None]
+        if not tensor_masks:
+            result = lowering_fn(ctx, *values)
+            return result, self._fresh_masks(out_meta)
+        if op in PASS_THROUGH or op in PREFIX_SAFE or torch.Tag.pointwise in op.tags:
+            result = lowering_fn(ctx, *values)
+            shape = tuple(jnp.shape(result if not isinstance(result, (tuple, list)) else result[0]))
+            combined = None
+            for m in tensor_masks:
+                m = jnp.broadcast_to(m, jnp.broadcast_shapes(jnp.shape(m), shape)) if m.ndim <= len(shape) else m
+                combined = m if combined is None else combined & m
+            return result, [combined]
+        if op in VIEW_LOWERINGS and op not in (aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default):
+            # A view moves elements around: the same view of the mask says
+            # which moved elements are real.
+            result = lowering_fn(ctx, *values)
+            x = values[0]
+            mask = lowering_fn(ctx, _full(masks[0], jnp.shape(x)), *values[1:])
+            return result, list(mask) if isinstance(mask, (tuple, list)) else [mask]
+        if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE:
+            return self._reduction(op, values, masks, lowering_fn, ctx)
+        if op in SOFTMAX_BACKWARD:
+            grad, output = values[0], values[1]
+            fill = 0 if op == aten._softmax_backward_data.default else -jnp.inf
+            values = [_neutral(grad, masks[0], 0), _neutral(output, masks[1], fill)] + list(values[2:])
+            return lowering_fn(ctx, *values), [masks[0]]
+        if op in CONTRACTIONS:
+            return self._contraction(op, values, masks, lowering_fn, ctx)
+        if op in (aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
+            return self._layer_norm(op, values, masks, in_metas, lowering_fn, ctx)
+        if op in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
+            return self._nll(op, values, masks, lowering_fn, ctx)
+        if op in (aten.embedding.default, aten.embedding_dense_backward.default):
+            return self._embedding(op, values, masks, lowering_fn, ctx)
+        raise Unpaddable(f"no padding rule for {op} on padded data")
+
+    def _fresh_masks(self, out_meta):
+        return [self.shapes.prefix_mask(m) if isinstance(m, torch.Tensor) else None for m in out_meta]
+
+    def _reduction(self, op, values, masks, fn, ctx):
+        x, mask = values[0], masks[0]
+        if op in SUM_LIKE:
+            dims = _dims(values[1] if op == aten.sum.dim_IntList else None, x.ndim)
+            keepdim = bool(values[2]) if op == aten.sum.dim_IntList else False
+            values = [_neutral(x, mask, 0)] + list(values[1:])
+            return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
+        if op in MAX_LIKE:
+            dims, keepdim = _dims(values[1], x.ndim), bool(values[2])
+            values = [_neutral(x, mask, MAX_LIKE[op])] + list(values[1:])
+            return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
+        if op in MEAN:
+            dims = _dims(values[1] if op == aten.mean.dim else None, x.ndim)
+            keepdim = bool(values[2]) if op == aten.mean.dim else False
+            full = _full(mask, x.shape)
+            acc = jnp.float32 if x.dtype in (jnp.bfloat16, jnp.float16) else x.dtype
+            total = jnp.sum(_neutral(x, full, 0).astype(acc), axis=tuple(dims), keepdims=keepdim)
+            count = jnp.maximum(jnp.sum(full, axis=tuple(dims), keepdims=keepdim), 1).astype(acc)
+            return (total / count).astype(ctx.out_dtype), [_any(mask, dims, keepdim, x.shape)]
+        # softmax family and logsumexp: padded entries are -inf
+        dim = values[1]
+        dims = _dims(dim, x.ndim)
+        values = [_neutral(x, _full(mask, x.shape), -jnp.inf)] + list(values[1:])
+        if op == aten.logsumexp.default:
+            keepdim = bool(values[2])
+            return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
+        return fn(ctx, *values), [mask]
+
+    def _contraction(self, op, values, masks, fn, ctx):
+        a_pos, b_pos = (1, 2) if op == aten.addmm.default else (0, 1)
+        a, b = values[a_pos], values[b_pos]
+        ma, mb = _full(masks[a_pos], a.shape), _full(masks[b_pos], b.shape)
+        values = list(values)
+        values[a_pos] = _neutral(a, ma, 0)
+        values[b_pos] = _neutral(b, mb, 0)
+        rows = None if ma is None else jnp.any(ma, axis=-1, keepdims=True)
+        cols = None if mb is None else jnp.any(mb, axis=-2, keepdims=True)
+        out = None
+        for m in (rows, cols):
+            if m is not None:
+                out = m if out is None else out & m
+        if op == aten.addmm.default and masks[0] is not None:
+            out = masks[0] if out is None else out & masks[0]
+        return fn(ctx, *values), [out]
+
+    def _layer_norm(self, op, values, masks, in_metas, fn, ctx):
+        x_pos = 0 if op == aten.native_layer_norm.default else 1
+        normalized = values[1] if op == aten.native_layer_norm.default else values[2]
+        x_meta = in_metas[x_pos]
+        k = len(normalized)
+        if any(d >= x_meta.dim() - k for d in self.shapes.padded_dims(x_meta)):
+            raise Unpaddable("layer_norm over a padded dim")
+        row_mask = None
+        for m in masks:
+            if m is not None:
+                row_mask = m if row_mask is None else row_mask & m
+        x = values[x_pos]
+        if op == aten.native_layer_norm.default:
+            out = fn(ctx, *values)
+            stats_mask = jnp.any(_full(row_mask, x.shape), axis=tuple(range(x.ndim - k, x.ndim)), keepdims=True)
+            return out, [row_mask, stats_mask, stats_mask]
+        # backward: padded rows contribute nothing to grad_weight/grad_bias
+        grad, mean, rstd = values[0], values[3], values[4]
+        full = _full(row_mask, x.shape)
+        rows = jnp.any(full, axis=tuple(range(x.ndim - k, x.ndim)), keepdims=True)
+        values = list(values)
+        values[0] = _neutral(grad, full, 0)
+        values[1] = _neutral(x, full, 0)
+        values[3] = _neutral(mean, rows, 0)
+        values[4] = _neutral(rstd, rows, 0)
+        return fn(ctx, *values), [row_mask, None, None]
+
+    def _nll(self, op, values, masks, fn, ctx):
+        if op == aten.nll_loss_forward.default:
+            self_, target, weight, reduction, ignore_index = values
+            rows = masks[1] if masks[1] is not None else _row_mask(masks[0])
+            target = jnp.where(rows, target, ignore_index) if rows is not None else target
+            out = fn(ctx, self_, target, weight, reduction, ignore_index)
+            return out, [rows if reduction == 0 else None, None]
+        grad, self_, target, weight, reduction, ignore_index, total = values
+        rows = masks[2] if masks[2] is not None else _row_mask(masks[1])
+        target = jnp.where(rows, target, ignore_index) if rows is not None else target
+        out = fn(ctx, grad, self_, target, weight, reduction, ignore_index, total)
+        return out, [masks[1]]
+
+    def _embedding(self, op, values, masks, fn, ctx):
+        values = list(values)
+        if op == aten.embedding.default:
+            idx_mask = masks[1]
+            values[1] = _neutral(values[1], idx_mask, 0)
+            return fn(ctx, *values), [None if idx_mask is None else idx_mask[..., None]]
+        grad_mask, idx_mask = masks[0], masks[1]
+        rows = idx_mask[..., None] if idx_mask is not None else None
+        values[0] = _neutral(values[0], _full(rows, values[0].shape) if rows is not None else grad_mask, 0)
+        values[1] = _neutral(values[1], idx_mask, 0)
+        return fn(ctx, *values), [None]
+
+
+def _row_mask(mask):
+    """The per-row validity of an (N, C) input's mask."""
+    if mask is None:
+        return None
+    return jnp.any(mask, axis=-1) if mask.ndim > 1 else mask
+
+
+# --------------------------------------------------- symbolic scalars
+
+SYMBOLIC_OPS = {
+    operator.add,
+    operator.sub,
+    operator.mul,
+    operator.floordiv,
+    operator.truediv,
+    operator.mod,
+    operator.neg,
+    operator.pow,
+    operator.eq,
+    operator.ne,
+    operator.lt,
+    operator.le,
+    operator.gt,
+    operator.ge,
+    math.ceil,
+    math.floor,
+    torch.sym_float,
+    torch.sym_int,
+    torch.sym_max,
+    torch.sym_min,
+}
+SIZE_QUERIES = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
+

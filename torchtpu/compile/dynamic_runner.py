@@ -1,0 +1,265 @@
+"""dynamic=True calls of a compiled graph: inputs padded to bucket sizes, one
+executable per bucket, real elements extracted from the padded outputs
+(see dynamic.py for which graphs can be padded, and how)."""
+
+import logging
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from .. import _C
+from ..ops import plans
+from ..ops.context import matmul_precision
+from ..ops.dispatch import Call
+from ..runtime import boxes, checks, devices
+from ..runtime import compile_cache as cache
+from ..runtime.dtypes import to_jax
+from .dynamic import Shapes, Unpaddable
+
+log = logging.getLogger("torchtpu.compile")
+
+class _DynamicExecutable:
+    __slots__ = ("jitted", "input_slots", "checks", "arg_sources", "out_masks")
+
+
+def _symbol_values(graph, args):
+    """True value of every symbol that appears alone as a size or scalar."""
+    import sympy
+
+    values = {}
+    for node, a in zip(graph.placeholders, args):
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.SymInt) and isinstance(meta.node.expr, sympy.Symbol):
+            values[meta.node.expr] = int(a)
+        elif isinstance(meta, torch.Tensor):
+            for d, n in enumerate(meta.shape):
+                if isinstance(n, torch.SymInt) and isinstance(n.node.expr, sympy.Symbol):
+                    values[n.node.expr] = int(a.shape[d])
+    return values
+
+
+_pad_kernels: dict = {}
+
+
+def _pad_to(array, shape):
+    """`array` zero-padded at the end of each dim up to `shape` (a small
+    kernel per (true shape, padded shape, dtype))."""
+    if tuple(array.shape) == tuple(shape):
+        return array
+    key = (tuple(array.shape), tuple(shape), str(array.dtype))
+    fn = _pad_kernels.get(key)
+    if fn is None:
+        widths = [(0, p - n) for n, p in zip(array.shape, shape)]
+        fn = _pad_kernels[key] = jax.jit(lambda x: jnp.pad(x, widths))
+    return fn(array)
+
+
+def _compact(array, mask, shape):
+    """The real elements of a padded output (where `mask`), in order, as an
+    array of the true `shape` -- right also for merged dims (B*T rows),
+    where they are not a prefix."""
+    if tuple(array.shape) == tuple(shape):
+        return array
+    key = ("compact", tuple(array.shape), tuple(shape), str(array.dtype))
+    fn = _pad_kernels.get(key)
+    if fn is None:
+        size = int(np.prod(shape))
+
+        def compact(x, m):
+            (idx,) = jnp.nonzero(m.reshape(-1), size=size)
+            return x.reshape(-1)[idx].reshape(shape)
+
+        fn = _pad_kernels[key] = jax.jit(compact)
+    return fn(array, mask)
+
+
+def _bind_value(t, value):
+    """Store `value` (t's logical value) as t's storage contents."""
+    address, nbytes, sizes, strides, offset, _ = _C._tensor_info(t)
+    order = plans.dense_order(sizes, strides, offset, t.element_size(), nbytes)
+    if order == sorted(order):
+        boxes.bind(address, value)
+    else:
+        from ..ops import dispatch, transfer
+
+        tmp = transfer.wrap(value, t.dtype, t.device.index)
+        dispatch.run(torch.ops.aten.copy_.default, (t, tmp, False), {})
+
+
+class DynamicCalls:
+    """Mixin of CompiledGraph for graphs with symbolic sizes."""
+
+    def _call_dynamic(self, args):
+        """dynamic=True: inputs padded to bucket sizes, one executable per bucket
+        (see dynamic.py); a graph that cannot be padded gets one per shape."""
+        from ..ops.transfer import materialize
+
+        boxes.drain()
+        graph = self.graph
+        true_values = _symbol_values(graph, args)
+        shapes = Shapes.for_call(true_values, "exact" if self.exact else self.options.dynamic_buckets)
+        call = Call()
+        key = [matmul_precision(), torch.get_default_dtype(), self.exact, shapes.key()]
+        padded = []  # placeholder index -> padded array, for inputs with symbolic dims
+        for i, (node, a) in enumerate(zip(graph.placeholders, args)):
+            meta = node.meta.get("val")
+            if isinstance(a, torch.Tensor) and isinstance(meta, torch.Tensor) and any(
+                isinstance(d, torch.SymInt) for d in meta.shape
+            ):
+                array = _pad_to(materialize(a), shapes.shape(meta.shape))
+                padded.append(array)
+                key.append(("padded", a.dtype, a.device.index))
+                if call.device is None:
+                    call.device = a.device.index
+            elif isinstance(a, torch.Tensor):
+                key.append(call.tensor_key(a))
+            else:
+                key.append(("int", shapes.size(meta)) if isinstance(meta, torch.SymInt) else (type(a), a))
+        if call.device is None:
+            call.device = _C._current_device()
+        key.append(call.device)
+        key = tuple(key)
+        self.stats.requests += 1
+        exe = self.executables.get(key)
+        if exe is None:
+            try:
+                exe = self._build_dynamic(args, call, key, shapes)
+            except Unpaddable as reason:
+                if self.exact:
+                    raise
+                log.info("torchtpu.compile: %s is compiled per shape: %s", self.name, reason)
+                self.exact = True
+                return self._call_dynamic(args)
+        else:
+            self.stats.hits += 1
+        flat = [call.entries[s][0] for s in exe.input_slots] + padded + list(call.dyn)
+        flat += [np.int64(shapes.true[s]) for s in sorted(shapes.true, key=str)]
+        if graph.random:
+            seed, offset = _C._next_rng(None, call.device, 1)
+            flat.extend((seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF))
+        results = exe.jitted(*flat)
+        if exe.checks is not None:
+            checks.pending.append((results[-1], exe.checks))
+            checks.maybe_fold()
+        device = torch.device("tpu", call.device)
+        outputs = []
+        k = 0
+        for kind, ref in exe.arg_sources:
+            if kind == "fresh":
+                meta = ref
+                true_shape = shapes.shape(meta.shape, padded=False)
+                true_strides = shapes.shape(meta.stride(), padded=False)
+                mask_index = exe.out_masks[k]
+                value = results[k] if mask_index is None else _compact(results[k], results[mask_index], true_shape)
+                k += 1
+                out = torch.empty(true_shape, dtype=meta.dtype, device=device)
+                if tuple(true_strides) != out.stride():
+                    out = torch.empty_strided(true_shape, true_strides, dtype=meta.dtype, device=device)
+                if out.numel():
+                    _bind_value(out, value)
+                outputs.append(out)
+            elif kind == "input":
+                outputs.append(args[ref])
+            elif kind == "symint":
+                outputs.append(shapes.size(ref, padded=False))
+            else:
+                outputs.append(ref)
+        return outputs
+
+    def _build_dynamic(self, args, call, key, shapes):
+        t0 = time.perf_counter()
+        graph = self.graph
+        if graph.mutated_placeholders:
+            raise Unpaddable("the graph mutates its inputs")
+        exe = _DynamicExecutable()
+        exe.input_slots = [s for s, e in enumerate(call.entries) if e is not None]
+        n_in = len(exe.input_slots)
+        symbols = sorted(shapes.true, key=str)
+        placeholders = {p: i for i, p in enumerate(graph.placeholders)}
+        padded_positions = [
+            i for i, (node, a) in enumerate(zip(graph.placeholders, args))
+            if isinstance(a, torch.Tensor) and isinstance(node.meta.get("val"), torch.Tensor)
+            and any(isinstance(d, torch.SymInt) for d in node.meta["val"].shape)
+        ]
+        exe.arg_sources = []
+        fresh_values = []
+        for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):
+            if isinstance(node, torch.fx.Node) and node in placeholders:
+                exe.arg_sources.append(("input", placeholders[node]))
+            elif isinstance(meta, torch.Tensor):
+                exe.arg_sources.append(("fresh", meta))
+                fresh_values.append(i)
+            elif isinstance(meta, torch.SymInt):
+                exe.arg_sources.append(("symint", meta))
+            else:
+                exe.arg_sources.append(("value", None if isinstance(node, torch.fx.Node) else node))
+        table = []
+        out_masks = []  # per fresh output: index of its mask among the results, or None
+        exe.out_masks = out_masks
+        precision = matmul_precision()
+        exact = self.exact
+        readers = self._readers(args, call, skip=set(padded_positions))
+
+        def fn(*flat):
+            arrays = dict(zip(exe.input_slots, flat[:n_in]))
+            pos = n_in
+            padded = dict(zip(padded_positions, flat[pos : pos + len(padded_positions)]))
+            pos += len(padded_positions)
+            n_dyn = len(call.dyn)
+            dyn = flat[pos : pos + n_dyn]
+            pos += n_dyn
+            true = dict(zip(symbols, flat[pos : pos + len(symbols)]))
+            pos += len(symbols)
+            rng = tuple(flat[pos : pos + 4]) if graph.random else None
+            traced_shapes = Shapes(true, shapes.padded)
+            inputs, masks = [], []
+            for i, (node, a) in enumerate(zip(graph.placeholders, args)):
+                meta = node.meta.get("val")
+                if i in padded:
+                    inputs.append(padded[i])
+                    masks.append(None if exact else traced_shapes.prefix_mask(meta))
+                elif isinstance(meta, torch.SymInt):
+                    inputs.append(shapes.size(meta))
+                    masks.append(None)
+                else:
+                    inputs.append(readers[i](arrays, dyn))
+                    masks.append(None)
+            outputs, _ = graph(inputs, rng, precision, shapes=traced_shapes, input_masks=None if exact else masks)
+            results = [outputs[i] for i in fresh_values]
+            # Which elements of each padded output are real: the host keeps those.
+            out_masks.clear()
+            for i in fresh_values:
+                node = self.out_nodes[i]
+                mask = None if exact else graph.masks.get(node)
+                if mask is not None:
+                    out_masks.append(len(results))
+                    results.append(jnp.broadcast_to(mask, jnp.shape(outputs[i])))
+                else:
+                    out_masks.append(None)
+            if graph.checks:
+                table[:] = [(message, error, op) for _, _, message, error, op in graph.checks]
+                results.append(checks.check_code([c[:4] for c in graph.checks]))
+            return tuple(results)
+
+        sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(call.device))
+        example = [call.entries[s][0] for s in exe.input_slots]
+        example += [
+            jax.ShapeDtypeStruct(shapes.shape(graph.placeholders[i].meta["val"].shape), to_jax(args[i].dtype))
+            for i in padded_positions
+        ]
+        example += list(call.dyn) + [np.int64(shapes.true[s]) for s in symbols]
+        if graph.random:
+            example += [0, 0, 0, 0]
+        lowered = jax.jit(fn, out_shardings=sharding, **self.options.jit_options()).lower(*example)
+        self.options.dump_hlo(self.name, len(self.executables), lowered)
+        hits_before = cache.persistent_hits()
+        exe.jitted = lowered.compile()
+        self.stats.persistent_hits += cache.persistent_hits() - hits_before
+        exe.checks = tuple(table) if table else None
+        self.executables[key] = exe
+        self.stats.compilations += 1
+        self.stats.compile_seconds += time.perf_counter() - t0
+        return exe
