@@ -96,7 +96,7 @@ class CompiledGraph(DynamicCalls):
         fresh = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in exe.fresh]
         for (kind, ref), result, sig in zip(exe.writes, results, exe.sigs):
             if kind == "host":
-                args[ref].copy_(torch.from_numpy(np.asarray(result)).reshape(args[ref].shape))
+                args[ref].copy_(torch.from_numpy(np.array(result)).reshape(args[ref].shape))
                 continue
             address = fresh[ref].data_ptr() if kind == "fresh" else call.addresses[ref]
             if address and result is not None:
