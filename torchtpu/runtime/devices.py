@@ -46,6 +46,9 @@ def init():
         if _devices is None:
             devices = _configure_and_list()
             _platform = devices[0].platform if devices else None
+            from .. import memory
+
+            memory._runtime_started(devices)  # allocator capacity = the devices' memory limits
             _devices = devices
     return _devices
 
