@@ -8,6 +8,10 @@
 #include <c10/util/Exception.h>
 
 namespace torchtpu {
+
+at::Allocator* host_allocator();                 // host_allocator.cpp
+bool is_pinned_host_ptr(const void* ptr);        // host_allocator.cpp
+
 namespace {
 
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
@@ -68,8 +72,12 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     return at::Device(kTpu, device);
   }
 
-  bool isPinnedPtr(const void*) const override {
-    return false;
+  bool isPinnedPtr(const void* data) const override {
+    return is_pinned_host_ptr(data);
+  }
+
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    return host_allocator();
   }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize)

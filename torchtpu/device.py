@@ -73,9 +73,12 @@ class device:
 
 
 def synchronize(device=None) -> None:
-    """Wait until all queued work on the device (all devices if None) is done."""
+    """Wait until all work submitted to the device (every device if None) is
+    done -- kernels, transfers and recorded events -- and raise the first
+    failed device-side check, as CUDA raises a device-side assert."""
     if not _initialized:
         return
+    from . import streams
     from .runtime import boxes, devices
 
     boxes.drain()
@@ -84,6 +87,7 @@ def synchronize(device=None) -> None:
     if index is not None:
         target = devices.jax_device(index)
         arrays = [a for a in arrays if target in a.devices()]
+    arrays += streams._markers(index)
     import jax
 
     jax.block_until_ready(arrays)
@@ -144,6 +148,109 @@ def initial_seed() -> int:
     return default_generator(current_device()).initial_seed()
 
 
+# ------------------------------------------------------------ properties
+
+
+class _TpuDeviceProperties:
+    """What `torch.tpu.get_device_properties()` returns (the fields of
+    torch.cuda's `_CudaDeviceProperties` that have a meaning here).
+
+    name: the JAX device kind ("TPU v5 lite", "cpu", ...); platform: "tpu",
+    "gpu" or "cpu"; total_memory: bytes the device can hold (PJRT's
+    `bytes_limit`; the host's physical memory on the CPU platform);
+    major/minor: see get_device_capability; id, process_index: JAX's;
+    num_cores: cores per device where JAX reports it (else 1)."""
+
+    __slots__ = ("name", "platform", "total_memory", "major", "minor", "id", "process_index", "num_cores")
+
+    def __init__(self, **fields):
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def __repr__(self):
+        return (
+            f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
+            f"major={self.major}, minor={self.minor}, total_memory={self.total_memory // (1024 * 1024)}MB, "
+            f"num_cores={self.num_cores})"
+        )
+
+
+_properties: dict = {}
+
+
+def _jax_device(device):
+    _lazy_init()
+    from .runtime import devices
+
+    index = _index(device)
+    devices.jax_device(index)  # raises for a bad index
+    return index, devices.jax_device(index)
+
+
+def _capability(dev) -> tuple:
+    if dev.platform == "gpu":
+        cc = getattr(dev, "compute_capability", None)
+        if cc:
+            major, _, minor = str(cc).partition(".")
+            return int(major), int(minor or 0)
+    if dev.platform == "tpu":
+        import re
+
+        match = re.search(r"(\d+)", dev.device_kind)
+        if match:
+            return int(match.group(1)), 0
+    return 0, 0
+
+
+def _total_memory(dev) -> int:
+    try:
+        stats = dev.memory_stats()
+    except Exception:
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def get_device_properties(device=None) -> _TpuDeviceProperties:
+    """Properties of a tpu device (default: the current one)."""
+    index, dev = _jax_device(device)
+    props = _properties.get(index)
+    if props is None:
+        major, minor = _capability(dev)
+        props = _properties[index] = _TpuDeviceProperties(
+            name=str(dev.device_kind),
+            platform=dev.platform,
+            total_memory=_total_memory(dev),
+            major=major,
+            minor=minor,
+            id=int(dev.id),
+            process_index=int(getattr(dev, "process_index", 0)),
+            num_cores=int(getattr(dev, "num_cores", None) or 1),
+        )
+    return props
+
+
+def get_device_name(device=None) -> str:
+    """The device's kind as JAX reports it, e.g. "TPU v5 lite" ("cpu" when
+    JAX's CPU platform stands in for the TPU)."""
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None) -> tuple:
+    """(major, minor) of a device: the TPU generation (v4 -> (4, 0), v5e ->
+    (5, 0)), the compute capability on the GPU platform, (0, 0) on the CPU
+    platform.  (torch.accelerator.get_device_capability reports the
+    supported dtypes instead.)"""
+    props = get_device_properties(device)
+    return props.major, props.minor
+
+
 # -------------------------------------------------------------- misc
 
 
@@ -152,7 +259,17 @@ def _is_in_bad_fork() -> bool:
 
 
 def get_amp_supported_dtype():
+    """The dtypes torch.autocast("tpu", dtype=...) accepts."""
     return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+# torch.serialization looks for `_utils._get_device_index` on a backend's
+# device module to map "tpu" (no index) to the current device, as for CUDA.
+from . import _utils  # noqa: E402,F401
 
 
 # The memory API (torch.cuda.memory_* mirrors) and streams/events live in

@@ -3,6 +3,7 @@ fills torchtpu.ops.registry.LOWERINGS (and special.HANDLERS)."""
 
 from . import (  # noqa: F401
     activations,
+    amp,
     conv,
     core,
     creation,
