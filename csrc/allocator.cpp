@@ -162,6 +162,18 @@ void for_pool_stats(size_t pool_index, Fn fn) {
 
 void free_block_deleter(void* ctx);
 
+// Applies `fn` to every per-pool statistic (all/small/large of each array).
+template <typename Fn>
+void for_each_pool_stat(DeviceStats& s, Fn fn) {
+  for (StatArray* array :
+       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes, &s.reserved_bytes,
+        &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+    for (auto& stat : *array) {
+      fn(stat);
+    }
+  }
+}
+
 }  // namespace
 
 class SyntheticAllocator final : public c10::DeviceAllocator {
@@ -229,13 +241,7 @@ class SyntheticAllocator final : public c10::DeviceAllocator {
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceStats& s = state_for(device).stats;
-    for (const auto i : c10::irange(static_cast<size_t>(StatType::NUM_TYPES))) {
-      for (StatArray* array :
-           {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-            &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
-        (*array)[i].reset_accumulated();
-      }
-    }
+    for_each_pool_stat(s, [](Stat& st) { st.reset_accumulated(); });
     s.num_alloc_retries = 0;
     s.num_ooms = 0;
     s.num_sync_all_streams = 0;
@@ -249,13 +255,7 @@ class SyntheticAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceStats& s = state_for(device).stats;
-    for (const auto i : c10::irange(static_cast<size_t>(StatType::NUM_TYPES))) {
-      for (StatArray* array :
-           {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-            &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
-        (*array)[i].reset_peak();
-      }
-    }
+    for_each_pool_stat(s, [](Stat& st) { st.reset_peak(); });
     s.oversize_allocations.reset_peak();
     s.oversize_segments.reset_peak();
   }
