@@ -19,7 +19,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
-from . import plans
+from . import aten_checks, plans
 from .context import LoweringContext, matmul_precision
 from .registry import _functional_candidates as registry_functional_candidates
 from .registry import find_lowering
@@ -446,6 +446,7 @@ def _build(entry, values, call):
     if lowering is None:
         raise Unsupported(f"no lowering for {sch.op}")
 
+    aten_checks.before_meta(sch, values)
     meta_values = _meta_values(sch, values, call)
     margs, mkwargs = sch.split(meta_values)
     try:
@@ -488,7 +489,7 @@ def _build(entry, values, call):
         else:
             kernel.returns.append(("fresh", _add_fresh(kernel, m, expected)))
 
-    _check_internal_overlap(sch, values)
+    aten_checks.after_meta(sch, values, meta_values)
     _match_resized_out_layout(sch, values, meta_values, call)
     for position in sch.mutated:
         real = values[position]
@@ -568,25 +569,6 @@ def _add_fresh(kernel, m, expected):
     nbytes = m.untyped_storage().nbytes()
     expected.append((m, ("fresh", k, nbytes)))
     return k
-
-
-# Ops whose CPU/CUDA kernels accept a written tensor with repeated addresses.
-_OVERLAP_OK = {"aten::fill_", "aten::zero_", "aten::index_put_", "aten::_index_put_impl_", "aten::masked_fill_", "aten::index_fill_"}
-
-
-def _check_internal_overlap(sch, values):
-    """ATen's assert_no_internal_overlap for written tensors (meta kernels skip
-    it): an expanded (stride-0) dim in a tensor an op writes is an error."""
-    if sch.op._schema.name in _OVERLAP_OK:
-        return
-    for position in sch.mutated:
-        value = values[position]
-        for t in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(t, torch.Tensor) and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())):
-                raise RuntimeError(
-                    "unsupported operation: more than one element of the written-to tensor refers to a "
-                    "single memory location. Please clone() the tensor before performing the operation."
-                )
 
 
 def _match_resized_out_layout(sch, values, meta_values, call):

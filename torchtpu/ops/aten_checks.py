@@ -1,0 +1,149 @@
+"""Checks ATen's CPU/CUDA kernels make that PyTorch's meta kernels skip (or
+get wrong), so a bad call on tpu raises what it raises on CPU.  They run when
+a kernel is built: the cache key fixes everything they look at (shapes,
+strides, offsets, which arguments share a storage), so a cache hit needs no
+check."""
+
+import torch
+
+from .registry import _functional_candidates
+
+
+def before_meta(sch, values):
+    """Checks whose absence makes the meta kernel itself fail differently."""
+    check = _BEFORE_META.get(sch.op._schema.name)
+    if check is not None:
+        check(sch, values)
+
+
+def after_meta(sch, values, meta_values):
+    _check_internal_overlap(sch, values)
+    _check_partial_overlap(sch, values)
+    _check_safe_cast_to_output(sch, meta_values)
+
+
+def _cat_zero_dim(sch, values):
+    # the meta kernel indexes the missing dim (IndexError); ATen names it
+    for i, t in enumerate(values[0]):
+        if isinstance(t, torch.Tensor) and t.dim() == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
+
+
+def _same_dtype(sch, values):
+    # matrix products do not promote (meta kernels of mm/mv/addmm accept mixes)
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if len({t.dtype for t in tensors}) > 1:
+        names = ", ".join(_C10_NAMES.get(t.dtype, str(t.dtype)) for t in tensors)
+        raise RuntimeError(f"{sch.op._schema.name[6:]}: expected all tensors to have the same dtype, but got {names}")
+
+
+_BEFORE_META = {
+    "aten::cat": _cat_zero_dim,
+    **dict.fromkeys(
+        ("aten::mm", "aten::addmm", "aten::addmm_", "aten::mv", "aten::addmv", "aten::addmv_", "aten::addbmm",
+         "aten::addbmm_", "aten::baddbmm", "aten::baddbmm_", "aten::addr", "aten::addr_"),
+        _same_dtype,
+    ),
+}  # fmt: skip
+
+
+# Ops whose CPU/CUDA kernels accept a written tensor with repeated addresses.
+_OVERLAP_OK = {"aten::fill_", "aten::zero_", "aten::index_put_", "aten::_index_put_impl_", "aten::masked_fill_", "aten::index_fill_"}
+
+
+def _check_internal_overlap(sch, values):
+    """ATen's assert_no_internal_overlap for written tensors (meta kernels skip
+    it): an expanded (stride-0) dim in a tensor an op writes is an error."""
+    if sch.op._schema.name in _OVERLAP_OK:
+        return
+    for position in sch.mutated:
+        value = values[position]
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, torch.Tensor) and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())):
+                raise RuntimeError(
+                    "unsupported operation: more than one element of the written-to tensor refers to a "
+                    "single memory location. Please clone() the tensor before performing the operation."
+                )
+
+
+def _check_partial_overlap(sch, values):
+    """ATen's assert_no_partial_overlap between what a TensorIterator op (a
+    pointwise op or copy_) writes and what it reads, also skipped by meta
+    kernels: reading elements of the memory being written that are not the
+    very elements written (same range, same strides) is an error on CPU/CUDA.
+    Runs when a kernel is built: the key fixes storage sharing and geometry."""
+    if torch.Tag.pointwise not in sch.op.tags and sch.op._schema.name != "aten::copy_":
+        return
+    written = [values[p] for p in sch.mutated if isinstance(values[p], torch.Tensor)]
+    read = [
+        v for p, v in enumerate(values)
+        if p not in sch.mutated and isinstance(v, torch.Tensor) and v.device.type == "tpu"
+    ]
+    for w in written:
+        if any(_overlap_status(w, r) == "partial" for r in read):
+            raise RuntimeError(
+                "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+                "a single memory location. Please clone() the tensor before performing the operation."
+            )
+
+
+def _overlap_status(a, b):
+    """ATen's get_overlap_status for two tensors: "full", "partial", None (no
+    overlap) or "unknown" (a layout with gaps or repeats: not checked)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return None
+    if not (_non_overlapping_and_dense(a) and _non_overlapping_and_dense(b)):
+        return "unknown"
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return None
+    a_begin, b_begin = a.data_ptr(), b.data_ptr()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    if (a_begin, a_end) == (b_begin, b_end):
+        return "full" if a.stride() == b.stride() else "partial"
+    return "partial" if a_begin < b_end and b_begin < a_end else None
+
+
+def _non_overlapping_and_dense(t):
+    expected = 1
+    for stride, size in sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+# c10's names for dtypes, as ATen's messages print them
+_C10_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}  # fmt: skip
+
+
+def _check_safe_cast_to_output(sch, meta_values):
+    """TensorIterator's enforce_safe_casting_to_output for pointwise ops:
+    `int_tensor.mul_(0.5)` or `torch.sin(ints, out=ints)` must raise, where
+    the meta kernels quietly write the int result.  The functional op's
+    result dtype (run on meta tensors) must cast safely to each written
+    tensor's dtype."""
+    if torch.Tag.pointwise not in sch.op.tags or not sch.mutated:
+        return
+    functional = next(iter(_functional_candidates(sch.op)), None)
+    if functional is None:
+        return
+    args, kwargs = sch.split(meta_values)
+    for p in sch.mutated:
+        if sch.op._schema.arguments[p].is_out:
+            kwargs.pop(sch.names[p], None)
+    try:
+        result = functional(*args, **kwargs)
+    except Exception:  # the functional overload may not take these arguments
+        return
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    written = [meta_values[p] for p in sch.mutated]
+    for r, w in zip(results, written):
+        if isinstance(r, torch.Tensor) and isinstance(w, torch.Tensor) and not torch.can_cast(r.dtype, w.dtype):
+            raise RuntimeError(
+                f"result type {_C10_NAMES.get(r.dtype, r.dtype)} can't be cast to the desired output type "
+                f"{_C10_NAMES.get(w.dtype, w.dtype)}"
+            )
