@@ -37,8 +37,21 @@ def _same_dtype(sch, values):
         raise RuntimeError(f"{sch.op._schema.name[6:]}: expected all tensors to have the same dtype, but got {names}")
 
 
+def _alpha_check(sch, values):
+    # ATen's alpha_check for add/sub (their meta kernels skip it)
+    if "alpha" not in sch.names:
+        return
+    alpha = values[sch.names.index("alpha")]
+    dtype = torch.result_type(values[0], values[1])
+    if isinstance(alpha, bool) and dtype != torch.bool:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if not (dtype.is_floating_point or dtype.is_complex) and isinstance(alpha, float):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+
+
 _BEFORE_META = {
     "aten::cat": _cat_zero_dim,
+    **dict.fromkeys(("aten::add", "aten::add_", "aten::sub", "aten::sub_"), _alpha_check),
     **dict.fromkeys(
         ("aten::mm", "aten::addmm", "aten::addmm_", "aten::mv", "aten::addmv", "aten::addmv_", "aten::addbmm",
          "aten::addbmm_", "aten::baddbmm", "aten::baddbmm_", "aten::addr", "aten::addr_"),

@@ -1,0 +1,56 @@
+"""Bad calls raise on tpu what they raise on the CPU: the ATen checks that
+PyTorch's meta kernels skip (torchtpu/ops/aten_checks.py), found by the
+randomized programs."""
+
+import pytest
+import torch
+
+CASES = {
+    "copy_ partial overlap": lambda d: _shared(d, lambda a: a[1:5].copy_(a[:4])),
+    "add_ partial overlap": lambda d: _shared(d, lambda a: a[1:5].add_(a[:4])),
+    "out= partial overlap": lambda d: _shared(d, lambda a: torch.add(a[:4], 1, out=a[2:6])),
+    "int mul_ by float": lambda d: torch.ones(3, dtype=torch.int32, device=d).mul_(0.5),
+    "int mul_ by float tensor": lambda d: torch.ones(3, dtype=torch.int32, device=d).mul_(torch.ones(3, device=d)),
+    "bool add_ int": lambda d: torch.ones(3, dtype=torch.bool, device=d).add_(1),
+    "mm int @ float": lambda d: torch.ones(2, 3, dtype=torch.int32, device=d) @ torch.ones(3, 2, device=d),
+    "mv int @ float": lambda d: torch.ones(2, 3, dtype=torch.int32, device=d) @ torch.ones(3, device=d),
+    "addmm mixed": lambda d: torch.addmm(torch.ones(2, 2, device=d), torch.ones(2, 3, device=d),
+                                         torch.ones(3, 2, dtype=torch.int32, device=d)),
+    "cat zero-dim": lambda d: torch.cat([torch.tensor(1.0, device=d), torch.tensor(2.0, device=d)]),
+    "int add with float alpha": lambda d: torch.add(torch.ones(3, dtype=torch.int64, device=d), 2, alpha=1.5),
+    "bool alpha on ints": lambda d: torch.add(torch.ones(3, dtype=torch.int64, device=d), 1, alpha=True),
+}  # fmt: skip
+
+# the same shapes of call that are fine
+VALID = {
+    "add_ same elements": lambda d: _shared(d, lambda a: a[:4].add_(a[:4])),
+    "copy_ same elements": lambda d: _shared(d, lambda a: a.view(2, 4)[:, :2].copy_(a.view(2, 4)[:, :2].t().t())),
+    "mul_ disjoint halves": lambda d: _shared(d, lambda a: a.view(2, 4)[:, :2].mul_(a.view(2, 4)[:, 2:])),
+    "int eq_": lambda d: torch.arange(3, device=d).eq_(1),
+    "float add_ double": lambda d: torch.ones(3, device=d).add_(torch.ones(3, dtype=torch.float64, device=d)),
+    "bool add int alpha": lambda d: torch.add(torch.ones(3, dtype=torch.bool, device=d), True, alpha=2),
+    "int floor div_": lambda d: torch.arange(6, device=d).div_(4, rounding_mode="floor"),
+}  # fmt: skip
+
+
+def _arange(device):
+    return torch.arange(8.0, device=device)
+
+
+def _shared(device, fn):
+    a = _arange(device)
+    fn(a)
+    return a
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_call_raises_like_cpu(name, no_fallback):
+    with pytest.raises(RuntimeError) as cpu:
+        CASES[name]("cpu")
+    with pytest.raises(type(cpu.value)):
+        CASES[name]("tpu")
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_valid_call_matches_cpu(name, no_fallback):
+    torch.testing.assert_close(VALID[name]("tpu").cpu(), VALID[name]("cpu"))
