@@ -33,7 +33,7 @@ def _same_dtype(sch, values):
     # matrix products do not promote (meta kernels of mm/mv/addmm accept mixes)
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     if len({t.dtype for t in tensors}) > 1:
-        names = ", ".join(_C10_NAMES.get(t.dtype, str(t.dtype)) for t in tensors)
+        names = ", ".join(C10_NAMES.get(t.dtype, str(t.dtype)) for t in tensors)
         raise RuntimeError(f"{sch.op._schema.name[6:]}: expected all tensors to have the same dtype, but got {names}")
 
 
@@ -126,7 +126,7 @@ def _non_overlapping_and_dense(t):
 
 
 # c10's names for dtypes, as ATen's messages print them
-_C10_NAMES = {
+C10_NAMES = {
     torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
     torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
     torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
@@ -157,6 +157,6 @@ def _check_safe_cast_to_output(sch, meta_values):
     for r, w in zip(results, written):
         if isinstance(r, torch.Tensor) and isinstance(w, torch.Tensor) and not torch.can_cast(r.dtype, w.dtype):
             raise RuntimeError(
-                f"result type {_C10_NAMES.get(r.dtype, r.dtype)} can't be cast to the desired output type "
-                f"{_C10_NAMES.get(w.dtype, w.dtype)}"
+                f"result type {C10_NAMES.get(r.dtype, r.dtype)} can't be cast to the desired output type "
+                f"{C10_NAMES.get(w.dtype, w.dtype)}"
             )

@@ -20,6 +20,7 @@ from .. import _C
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from . import aten_checks, plans
+from .aten_checks import C10_NAMES as _C10_NAMES
 from .context import LoweringContext, matmul_precision
 from .registry import _functional_candidates as registry_functional_candidates
 from .registry import find_lowering
@@ -326,7 +327,10 @@ def _execute(kernel, sch, values, call):
     if kernel.random:
         seed, offset = _next_rng(call.generator, call.device, 1)
         flat.extend((seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF))
-    results = kernel.jitted(*flat)
+    try:
+        results = kernel.jitted(*flat)
+    except TypeError as e:  # JAX refused an operand while tracing the lowering
+        raise _not_implemented_for(sch, values, e) from e
     if kernel.checks is not None:
         checks.pending.append((results[-1], kernel.checks))
         checks.maybe_fold()
@@ -558,6 +562,15 @@ def _sharding(index):
     if sharding is None:
         sharding = _shardings[index] = jax.sharding.SingleDeviceSharding(devices.jax_device(index))
     return sharding
+
+
+def _not_implemented_for(sch, values, error):
+    """What CPU kernels raise for a dtype they lack (NotImplementedError,
+    naming the op and dtypes), with JAX's reason."""
+    dtypes = {_C10_NAMES.get(v.dtype, str(v.dtype)) for v in values if isinstance(v, torch.Tensor)}
+    name = sch.op._schema.name.split("::")[1]
+    listed = ", ".join(f"'{d}'" for d in sorted(dtypes))
+    return NotImplementedError(f'"{name}" not implemented on tpu for {listed}: {error}')
 
 
 def _add_fresh(kernel, m, expected):
