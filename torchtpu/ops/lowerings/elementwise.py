@@ -383,17 +383,28 @@ def div(ctx, self, other):
     return (cast(self, m) / cast(other, m)).astype(dt)
 
 
+def _rem(a, b):
+    """C's fmod/% (lax.rem), broadcasting like torch (lax ops do not)."""
+    a, b = jnp.broadcast_arrays(a, b)
+    return lax.rem(a, b)
+
+
+def _div(a, b):
+    a, b = jnp.broadcast_arrays(a, b)
+    return lax.div(a, b)
+
+
 def int_floor_div(a, b):
-    q = lax.div(a, b)  # truncates, as C
+    q = _div(a, b)  # truncates, as C
     if not is_signed_int(a.dtype):
         return q
-    r = lax.rem(a, b)
+    r = _rem(a, b)
     return q - ((r != 0) & ((r < 0) != (b < 0))).astype(q.dtype)
 
 
 def float_floor_div(a, b):
     """torch's div_floor_floating: Python's float floor division."""
-    mod = lax.rem(a, b)  # fmod
+    mod = _rem(a, b)  # fmod
     d = (a - mod) / b
     d = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), d - 1, d)
     fl = jnp.floor(d)
@@ -413,7 +424,7 @@ def floor_div(a, b):
 
 def trunc_div(a, b):
     if is_integral(a.dtype):
-        return lax.div(a, b)
+        return _div(a, b)
     if a.dtype == BOOL:
         raise not_implemented("div_trunc", a.dtype)
     return jnp.trunc(a / b)
@@ -438,7 +449,7 @@ def floor_divide(ctx, self, other):
 
 def remainder_values(a, b):
     """Python's modulo: the result has the sign of the divisor."""
-    r = lax.rem(a, b)
+    r = _rem(a, b)
     if not is_signed_int(a.dtype) and not is_floating(a.dtype):
         return r
     return jnp.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
@@ -455,7 +466,7 @@ def remainder(ctx, self, other):
 def fmod(ctx, self, other):
     dt = ctx.result_type(0, 1)
     m = opmath(dt)
-    return lax.rem(cast(self, m), cast(other, m)).astype(dt)
+    return _rem(cast(self, m), cast(other, m)).astype(dt)
 
 
 # -------------------------------------------------------------------- pow
