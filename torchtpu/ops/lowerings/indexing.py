@@ -189,6 +189,10 @@ def _check_along(ctx, self, dim, index, error=RuntimeError, prefix="", negative_
 # ------------------------------------------------------------- scatter
 
 
+# bool sums are logical or, products logical and (as ATen's scatter_add)
+_BOOL_REDUCE = {"sum": "amax", "prod": "amin"}
+
+
 def _scatter(self, dim, index, src, reduce=None, include_self=True):
     """Generic scatter(-reduce) of src[:index.shape] into self along dim.
     reduce: None (set), sum, prod, mean, amax, amin."""
@@ -205,6 +209,8 @@ def _scatter(self, dim, index, src, reduce=None, include_self=True):
         vals = src[tuple(slice(0, n) for n in idx.shape)].astype(x.dtype)
     idx = _no_negative(idx, x.shape[dim])
     coords = _scatter_coords(idx, dim)
+    if x.dtype == jnp.bool_ and reduce in _BOOL_REDUCE:
+        reduce = _BOOL_REDUCE[reduce]
     if reduce is None:
         return x.at[coords].set(vals, mode="drop").reshape(shape)
     if not include_self:
