@@ -1,0 +1,194 @@
+"""The qualification report: one dict (the JSON), rendered for the terminal
+and as Markdown."""
+
+import json
+import math
+
+from .ops import CPU_FALLBACK, HOST
+
+MODE_TITLES = {"cpu": "cpu (reference)", "eager": "tpu eager", "compiled": "tpu compiled"}
+QUANTITIES = ("outputs", "losses", "gradients")
+
+
+def _jsonable(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)  # JSON has no inf/nan; "inf" reads unambiguously
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def to_json(report) -> str:
+    return json.dumps(_jsonable(report), indent=2)
+
+
+# ------------------------------------------------------------- formatting
+
+
+def _num(x, digits=2):
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.{digits}e}" if x and (abs(x) < 1e-2 or abs(x) >= 1e4) else f"{x:.{digits + 1}g}"
+
+
+def _seconds(s):
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _bytes(n):
+    if n is None:
+        return "-"
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _rate(m):
+    if not m.get("throughput"):
+        return "-"
+    return f"{m['throughput']:,.0f} {m['throughput_unit']}"
+
+
+def _summary_rows(report):
+    modes = report["modes"]
+    names = list(modes)
+
+    def row(label, fn):
+        return [label] + [fn(modes[n]) if modes[n].get("ran", True) else "-" for n in names]
+
+    def dev(q):
+        def cell(m):
+            if "deviation" not in m:
+                return "-"
+            d = m["deviation"][q]
+            used = f"{d['score']:.0%}" if math.isfinite(d["score"]) else "inf"
+            return f"{_num(d['max_abs'])} / {_num(d['max_rel'])} ({used} of tol)"
+
+        return cell
+
+    def fallbacks(m):
+        if "op_summary" not in m:
+            return "-"
+        return "none" if not m.get("fallbacks") else f"{len(m['fallbacks'])} ops, {sum(m['fallbacks'].values())} calls"
+
+    rows = [
+        ["", *[MODE_TITLES[n] for n in names]],
+        row("result", lambda m: m["status"]),
+        *[row(f"{q} max abs / rel", dev(q)) for q in QUANTITIES],
+        row("loss first -> last", lambda m: f"{m['losses'][0]:.4f} -> {m['losses'][-1]:.4f}" if m.get("losses") else "-"),
+        row("first step, cold cache", lambda m: _seconds(m.get("first_step_s"))),
+        row("first step, warm cache", lambda m: _seconds(m.get("warm_cache_first_step_s"))),
+        row("steady step (median)", lambda m: _seconds(m.get("steady_step_s"))),
+        row("throughput", _rate),
+        row("peak device memory", lambda m: _bytes(m.get("peak_memory_bytes"))),
+        row("aten ops (distinct/calls)", lambda m: f"{m['op_summary']['distinct']} / {m['op_summary']['calls']}"
+            if "op_summary" in m else "-"),
+        row("CPU fallbacks", fallbacks),
+        row("graph breaks / recompiles", lambda m: f"{m['graph_breaks']} / {m['recompilations']}"
+            if "graph_breaks" in m else "-"),
+    ]
+    return rows
+
+
+def _op_rows(report):
+    """One row per op: op, then 'count path (how)' per tpu mode."""
+    names = [n for n in report["modes"] if "ops" in report["modes"][n]]
+    by_mode = {n: {r["op"]: r for r in report["modes"][n]["ops"]} for n in names}
+    ops = sorted({op for table in by_mode.values() for op in table})
+    rows = [["aten op (first step)", *[MODE_TITLES[n] for n in names]]]
+    for op in ops:
+        cells = []
+        for n in names:
+            r = by_mode[n].get(op)
+            if r is None:
+                cells.append("")
+            elif r["path"] == CPU_FALLBACK:
+                cells.append(f"{r['count']} CPU FALLBACK")
+            elif r["path"] == HOST:
+                cells.append(f"{r['count']} host")
+            else:
+                cells.append(f"{r['count']} {r['how']}")
+        rows.append([op, *cells])
+    return rows
+
+
+def _table(rows):
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, r in enumerate(rows):
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _md_table(rows):
+    def esc(c):
+        return str(c).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(esc(c) for c in rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def _header(report):
+    q, rev = report["qualify"], report["revision"]
+    commit = rev["torchtpu_commit"]
+    return [
+        f"model: {q['model']}, {q['steps']} steps of forward + backward + {q['optimizer']} (lr {q['lr']}), "
+        f"tolerance rtol {q['rtol']:g} atol {q['atol']:g}",
+        f"revision: torchtpu {rev['torchtpu']} ({commit[:12]}{'+local-changes' if commit.endswith('+local-changes') else ''})"
+        f" | torch {rev['torch']} | jax {rev['jax']} | jaxlib {rev['jaxlib']} | python {rev['python']}",
+        f"device: {report['qualify']['device']} -> {rev['platform']} '{rev['device_kind']}' "
+        f"({rev['device_count']} visible) | XLA_FLAGS {rev['xla_flags']} | "
+        f"float32 matmul precision {rev['float32_matmul_precision']}",
+    ]
+
+
+def _verdict_lines(report):
+    lines = []
+    for reason in report["failures"]:
+        lines.append(f"  - {reason}")
+    p = report.get("pinpoint")
+    if p:
+        if p.get("op"):
+            lines.append(
+                f"  first deviating op (replayed op by op against the CPU): {p['op']} "
+                f"in the {p['phase']} of step {p['step']}, max abs {_num(p['max_abs'])} / rel {_num(p['max_rel'])}"
+            )
+            lines.append(f"    at {p['where']}")
+        elif p.get("error"):
+            lines.append(f"  op-by-op replay failed: {p['error']}")
+        else:
+            lines.append(
+                f"  op-by-op replay: none of {p['compared']} ops deviates beyond tolerance on identical inputs;"
+                " the difference accumulates over many ops"
+            )
+    for note in report.get("notes", []):
+        lines.append(f"  note: {note}")
+    return lines
+
+
+def render_text(report) -> str:
+    out = ["torchtpu qualify", *_header(report), "", _table(_summary_rows(report)), "", _table(_op_rows(report)), ""]
+    out.append(f"RESULT: {report['result']}")
+    out += _verdict_lines(report)
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(report) -> str:
+    out = ["# torchtpu qualify", ""]
+    out += [f"- {line}" for line in _header(report)]
+    out += ["", f"**Result: {report['result']}**", ""]
+    out += [line.strip() for line in _verdict_lines(report)]
+    out += ["", "## Modes", "", _md_table(_summary_rows(report)), "", "## Aten ops", "", _md_table(_op_rows(report)), ""]
+    for name, m in report["modes"].items():
+        if m.get("error"):
+            out += [f"## Error in {MODE_TITLES[name]}", "", "```", m.get("traceback", m["error"]).rstrip(), "```", ""]
+    return "\n".join(out)
