@@ -216,6 +216,17 @@ def _notes(report):
             f"the model uses random ops ({', '.join(sorted(random_ops))}): the CPU and tpu draw different random "
             "numbers, so their results are not comparable; qualify a configuration without dropout/random ops"
         )
+    compiled = report["modes"].get("compiled", {})
+    if compiled.get("graph_breaks"):
+        report["notes"].append(
+            f"torch.compile broke the graph {compiled['graph_breaks']} times: "
+            + "; ".join(compiled["graph_break_reasons"])
+        )
+    if compiled.get("recompilations"):
+        report["notes"].append(
+            f"after the first step torch.compile recompiled {compiled['dynamo_recompilations']} frames and XLA "
+            f"{compiled['xla_recompilations']} executables (a steady training loop compiles nothing more)"
+        )
     if any(m.get("peak_memory_since_process_start") for m in report["modes"].values()):
         report["notes"].append(
             "peak device memory is the peak since the process started (the peak statistics "

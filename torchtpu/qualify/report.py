@@ -186,7 +186,7 @@ def render_markdown(report) -> str:
     out = ["# torchtpu qualify", ""]
     out += [f"- {line}" for line in _header(report)]
     out += ["", f"**Result: {report['result']}**", ""]
-    out += [line.strip() for line in _verdict_lines(report)]
+    out += ["- " + line.strip().removeprefix("- ") for line in _verdict_lines(report)]
     out += ["", "## Modes", "", _md_table(_summary_rows(report)), "", "## Aten ops", "", _md_table(_op_rows(report)), ""]
     for name, m in report["modes"].items():
         if m.get("error"):

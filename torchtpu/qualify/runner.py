@@ -153,7 +153,9 @@ def _run(mode, workload, steps, optimizer, lr, dev, seed, warm_cache, progress, 
         if first:
             record["first_step_fallbacks"] = _delta(_fallback_counts(), before_step)
             if mode == "compiled":
-                first_graphs = torchtpu.compile_stats()["per_graph"]
+                after_first = torchtpu.compile_stats()
+                first_graphs = after_first["per_graph"]
+                first_frames = _dynamo_frames()
             record["outputs"] = _to_cpu_list(out)
             record["gradients"] = {
                 n: p.grad.detach().cpu() for n, p in step.model.named_parameters() if p.grad is not None
@@ -173,6 +175,11 @@ def _run(mode, workload, steps, optimizer, lr, dev, seed, warm_cache, progress, 
             for g in graphs["per_graph"]
         ]
         record.update(_dynamo_counters())
+        # Recompilations: what had to compile after the first step (a steady
+        # training loop compiles nothing more): dynamo frames and XLA executables.
+        record["dynamo_recompilations"] = _dynamo_frames() - first_frames
+        record["xla_recompilations"] = graphs["compilations"] - after_first["compilations"]
+        record["recompilations"] = record["dynamo_recompilations"] + record["xla_recompilations"]
         record["ops"] = ops_mod.compiled_table(first_graphs, recorder, record["first_step_fallbacks"])
     elif on_tpu:
         record["ops"] = ops_mod.eager_table(recorder, record["first_step_fallbacks"])
@@ -215,13 +222,17 @@ def _dynamo_counters():
 
     breaks = counters.get("graph_break", {})
     stats = counters.get("stats", {})
-    recompiles = counters.get("recompiles", {})
     return dict(
         graph_breaks=sum(breaks.values()),
-        graph_break_reasons=sorted(str(k) for k in breaks)[:10],
+        graph_break_reasons=sorted(str(k).split("\n")[0] for k in breaks)[:10],
         dynamo_graphs=stats.get("unique_graphs", 0),
-        recompilations=sum(recompiles.values()),
     )
+
+
+def _dynamo_frames():
+    from torch._dynamo.utils import counters
+
+    return counters.get("frames", {}).get("total", 0)
 
 
 def forget_compiled():
