@@ -191,9 +191,6 @@ BAD_FACTORIES = textwrap.dedent(
     [
         ("badmods:raises", "raised ValueError: no weights for you"),
         ("badmods:mismatched", "different devices (model parameters and buffers on cpu; inputs on tpu:0)"),
-        ("badmods:not_a_tuple", "must return (model, example_batch, loss_fn) or (model, inputs)"),
-        ("badmods:missing", "has no attribute 'missing'"),
-        ("no_colon", "MODEL must be 'package.module:factory'"),
     ],
 )
 def test_bad_factory_exits_2(tmp_path, spec, message):
@@ -202,6 +199,25 @@ def test_bad_factory_exits_2(tmp_path, spec, message):
     assert code == 2, stdout + stderr
     assert report is None
     assert "torchtpu qualify: error:" in stderr and message in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    "factory, message",
+    [
+        ("not_a_tuple", "must return (model, example_batch, loss_fn) or (model, inputs)"),
+        ("missing", "has no attribute 'missing'"),
+        (None, "MODEL must be 'package.module:factory'"),
+    ],
+)
+def test_bad_model_spec_exits_2_in_process(tmp_path, capsys, monkeypatch, factory, message):
+    from torchtpu.qualify.cli import main
+
+    (tmp_path / "badmods.py").write_text(BAD_FACTORIES)
+    spec = f"{tmp_path / 'badmods.py'}:{factory}" if factory else "no_colon"
+    monkeypatch.setenv("TORCHTPU_COMPILE_CACHE_DIR", str(tmp_path / "cache"))
+    assert main([spec, "--json", str(tmp_path / "r.json")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_user_factory_file_and_default_loss(tmp_path):

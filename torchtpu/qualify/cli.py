@@ -77,7 +77,11 @@ def run(args) -> int:
         return _fail("--steps must be at least 1")
     if args.rtol < 0 or args.atol < 0:
         return _fail("--rtol and --atol must be non-negative")
+    # Before JAX starts (it reads the directory once): a fresh cache makes the
+    # first step a cold start.  Called in a process where JAX already runs,
+    # the cache in effect stays, and the report says which directory it is.
     temp_cache = None
+    saved = os.environ.get("TORCHTPU_COMPILE_CACHE_DIR")
     if args.cache_dir:
         os.environ["TORCHTPU_COMPILE_CACHE_DIR"] = args.cache_dir
     else:
@@ -86,6 +90,10 @@ def run(args) -> int:
     try:
         return _run(args)
     finally:
+        if saved is None:
+            os.environ.pop("TORCHTPU_COMPILE_CACHE_DIR", None)
+        else:
+            os.environ["TORCHTPU_COMPILE_CACHE_DIR"] = saved
         if temp_cache is not None:
             temp_cache.cleanup()
 
@@ -132,8 +140,8 @@ def _run(args) -> int:
         "qualify": dict(
             model=work.name if args.model_spec else f"{work.name} (built-in)", steps=args.steps,
             optimizer=args.optimizer, lr=args.lr, rtol=args.rtol, atol=args.atol, seed=args.seed,
-            device=args.device, no_fallback=args.no_fallback, compile_cache_dir=compile_cache.directory(),
-            compile_cache_dir_temporary=not args.cache_dir,
+            device=args.device, no_fallback=args.no_fallback, compile_cache_dir=_cache_in_effect(),
+            compile_cache_dir_temporary=not args.cache_dir and _cache_in_effect() == compile_cache.directory(),
         ),
         "revision": revision.collect(args.device),
         "modes": {},
@@ -201,6 +209,16 @@ def _run(args) -> int:
     return report["exit_code"]
 
 
+def _cache_in_effect():
+    import jax
+
+    from ..runtime import compile_cache
+
+    if not compile_cache.enabled():
+        return None
+    return jax.config.jax_compilation_cache_dir
+
+
 def _notes(report):
     import torch
     from .ops import _resolve
@@ -215,6 +233,13 @@ def _notes(report):
         report["notes"].append(
             f"the model uses random ops ({', '.join(sorted(random_ops))}): the CPU and tpu draw different random "
             "numbers, so their results are not comparable; qualify a configuration without dropout/random ops"
+        )
+    if report["qualify"]["compile_cache_dir"] is None and any(
+        "warm_cache_first_step_s" in m for m in report["modes"].values()
+    ):
+        report["notes"].append(
+            "the persistent compilation cache is off (TORCHTPU_COMPILE_CACHE=0): the warm-cache first step "
+            "compiled everything again"
         )
     compiled = report["modes"].get("compiled", {})
     if compiled.get("graph_breaks"):
