@@ -141,6 +141,35 @@ def test_wrong_lowering_fails_and_is_pinpointed(tmp_path):
 # bmm has no PyTorch decomposition, so without its lowerings it runs on the
 # CPU: in eager mode (bmm.default is ATen's composite of bmm.out, which falls
 # back) and in the compiled graphs that contain it (they then run op by op).
+WRONG_GELU_BACKWARD = textwrap.dedent(
+    """
+    import dataclasses, torch
+    import torchtpu.ops.lowerings
+    from torchtpu.ops.registry import LOWERINGS
+    op = torch.ops.aten.gelu_backward.default
+    right = LOWERINGS[op]
+    LOWERINGS[op] = dataclasses.replace(right, fn=lambda ctx, *a, **k: right.fn(ctx, *a, **k) + 0.01)
+    """
+)
+
+
+def test_wrong_backward_lowering_is_pinpointed_at_its_forward_line(tmp_path):
+    """A backward op is named with the autograd node and the model line whose forward created it."""
+    (tmp_path / "mlp.py").write_text(MLP_FACTORY)
+    code, report, stdout, stderr = qualify(tmp_path, str(tmp_path / "mlp.py") + ":make", "--steps", "1",
+                                           "--no-warm-cache", prelude=WRONG_GELU_BACKWARD)
+    assert code == 1, stdout + stderr
+    assert report["modes"]["eager"]["deviation"]["gradients"]["score"] > 1
+    assert report["modes"]["eager"]["deviation"]["outputs"]["score"] <= 1  # forward is right
+    p = report["pinpoint"]
+    assert p["op"] == "aten.gelu_backward.default" and p["phase"] == "backward"
+    assert "GeluBackward0" in p["where"] and "models.py" in p["where"], p["where"]
+
+
+MLP_FACTORY = "import torch\nfrom torchtpu.models import MLP\n" \
+    "def make():\n    torch.manual_seed(0)\n    return MLP(), torch.randn(8, 32)\n"
+
+
 NO_BMM = textwrap.dedent(
     """
     import torch
@@ -222,10 +251,7 @@ def test_bad_model_spec_exits_2_in_process(tmp_path, capsys, monkeypatch, factor
 
 def test_user_factory_file_and_default_loss(tmp_path):
     """file.py:factory returning (model, inputs): the default loss drives backward."""
-    (tmp_path / "mlp.py").write_text(
-        "import torch\nfrom torchtpu.models import MLP\n"
-        "def make():\n    torch.manual_seed(0)\n    return MLP(), torch.randn(8, 32)\n"
-    )
+    (tmp_path / "mlp.py").write_text(MLP_FACTORY)
     code, report, stdout, stderr = qualify(tmp_path, str(tmp_path / "mlp.py") + ":make", "--steps", "2",
                                            "--no-warm-cache", "--optimizer", "sgd")
     assert code == 0, stdout + stderr

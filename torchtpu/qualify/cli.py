@@ -191,6 +191,14 @@ def _run(args) -> int:
         except Exception as e:
             report["pinpoint"] = dict(op=None, error=f"{type(e).__name__}: {e}")
 
+    compiled = report["modes"]["compiled"]
+    if "deviation" in eager and passed(eager["deviation"]) and "deviation" in compiled and not passed(
+        compiled["deviation"]
+    ):
+        report["notes"].append(
+            "eager mode is within tolerance and compiled mode is not: the deviation comes from compiling the "
+            "graph (see compile.per_graph in the JSON; options={'dump_dir': ...} dumps the graphs)"
+        )
     report["result"] = "PASS" if not report["failures"] else "FAIL"
     report["exit_code"] = EXIT_PASS if report["result"] == "PASS" else EXIT_FAIL
     sys.stdout.write(report_mod.render_text(report))
