@@ -60,7 +60,7 @@ def _summary_rows(report):
     names = list(modes)
 
     def row(label, fn):
-        return [label] + [fn(modes[n]) if modes[n].get("ran", True) else "-" for n in names]
+        return [label] + [fn(modes[n]) for n in names]
 
     def dev(q):
         def cell(m):
@@ -176,7 +176,10 @@ def _verdict_lines(report):
 
 
 def render_text(report) -> str:
-    out = ["torchtpu qualify", *_header(report), "", _table(_summary_rows(report)), "", _table(_op_rows(report)), ""]
+    ops = _op_rows(report)
+    out = ["torchtpu qualify", *_header(report), "", _table(_summary_rows(report)), ""]
+    if len(ops) > 1:
+        out += [_table(ops), ""]
     out.append(f"RESULT: {report['result']}")
     out += _verdict_lines(report)
     return "\n".join(out) + "\n"
@@ -187,7 +190,10 @@ def render_markdown(report) -> str:
     out += [f"- {line}" for line in _header(report)]
     out += ["", f"**Result: {report['result']}**", ""]
     out += ["- " + line.strip().removeprefix("- ") for line in _verdict_lines(report)]
-    out += ["", "## Modes", "", _md_table(_summary_rows(report)), "", "## Aten ops", "", _md_table(_op_rows(report)), ""]
+    out += ["", "## Modes", "", _md_table(_summary_rows(report)), ""]
+    ops = _op_rows(report)
+    if len(ops) > 1:
+        out += ["## Aten ops", "", _md_table(ops), ""]
     for name, m in report["modes"].items():
         if m.get("error"):
             out += [f"## Error in {MODE_TITLES[name]}", "", "```", m.get("traceback", m["error"]).rstrip(), "```", ""]

@@ -19,6 +19,7 @@ compilation cache the run has just filled: that step's time is the warm-up a
 second process would see (less Python start-up and imports).
 """
 
+import contextlib
 import gc
 import statistics
 import time
@@ -78,26 +79,17 @@ class _Step:
 
     def __call__(self, recorder=None):
         """One step; returns (outputs, loss tensor).  `recorder` sees the
-        eager parts of the step (all of it unless compiled)."""
-        if recorder is not None and not self.compiled:
-            with recorder:
-                out, loss = self.forward_loss(self.inputs, self.target)
+        eager parts of the step: all of it, or only the optimizer's part
+        when forward and backward are compiled graphs."""
+        whole = recorder if recorder is not None and not self.compiled else contextlib.nullcontext()
+        eager_part = recorder if recorder is not None and self.compiled else contextlib.nullcontext()
+        with whole:
+            out, loss = self.forward_loss(self.inputs, self.target)
+            with eager_part:
                 self.opt.zero_grad(set_to_none=True)
-                loss.backward()
+            loss.backward()
+            with eager_part:
                 self.opt.step()
-            return out, loss
-        out, loss = self.forward_loss(self.inputs, self.target)
-        if recorder is not None:
-            with recorder:
-                self.opt.zero_grad(set_to_none=True)
-        else:
-            self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if recorder is not None:
-            with recorder:
-                self.opt.step()
-        else:
-            self.opt.step()
         return out, loss
 
 
@@ -141,6 +133,7 @@ def _run(mode, workload, steps, optimizer, lr, dev, seed, warm_cache, progress, 
     step = _Step(mode, workload, dev, optimizer, lr)
     fallbacks_before = _fallback_counts()
     recorder = ops_mod.Recorder() if on_tpu else None
+    kernels_before = torchtpu.kernel_cache_stats()["compiles"]
     for i in range(steps):
         first = i == 0
         before_step = _fallback_counts() if first else None
@@ -183,8 +176,7 @@ def _run(mode, workload, steps, optimizer, lr, dev, seed, warm_cache, progress, 
         record["ops"] = ops_mod.compiled_table(first_graphs, recorder, record["first_step_fallbacks"])
     elif on_tpu:
         record["ops"] = ops_mod.eager_table(recorder, record["first_step_fallbacks"])
-        kc = torchtpu.kernel_cache_stats()
-        record["eager_kernels"] = dict(compiled=kc["compiles"], cached=kc["cached"])
+        record["eager_kernels_compiled"] = torchtpu.kernel_cache_stats()["compiles"] - kernels_before
     del step
     gc.collect()
     if on_tpu and warm_cache:
