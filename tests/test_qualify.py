@@ -265,3 +265,15 @@ def test_deviation_treats_nan_as_infinite():
     assert d["score"] == math.inf and d["max_abs"] == math.inf
     d = deviation([torch.tensor([1.0, float("nan")])], [torch.tensor([1.0, float("nan")])], rtol=1e-3, atol=1e-5)
     assert d["score"] == 0.0
+
+
+def test_torchtpu_command_dispatch(capsys):
+    """`torchtpu` (the console script, = python -m torchtpu) knows its commands."""
+    from torchtpu.cli import main
+
+    assert main([]) == 2 and "qualify" in capsys.readouterr().out
+    assert main(["--help"]) == 0
+    assert main(["bogus"]) == 2 and "unknown command 'bogus'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["qualify", "--help"])
+    assert exit_info.value.code == 0 and "--no-fallback" in capsys.readouterr().out
