@@ -126,7 +126,7 @@ WRONG_GELU = textwrap.dedent(
 
 
 def test_wrong_lowering_fails_and_is_pinpointed(tmp_path):
-    code, report, stdout, stderr = qualify(tmp_path, "--steps", "2", "--no-warm-cache", prelude=WRONG_GELU)
+    code, report, stdout, stderr = qualify(tmp_path, "--steps", "1", "--no-warm-cache", prelude=WRONG_GELU)
     assert code == 1, stdout + stderr
     assert report["result"] == "FAIL"
     assert report["modes"]["eager"]["status"] == "FAIL"
@@ -182,7 +182,7 @@ NO_BMM = textwrap.dedent(
 
 
 def test_fallback_is_reported_and_no_fallback_fails(tmp_path):
-    code, report, stdout, stderr = qualify(tmp_path, "--steps", "2", "--no-warm-cache", "--no-fallback",
+    code, report, stdout, stderr = qualify(tmp_path, "--steps", "1", "--no-warm-cache", "--no-fallback",
                                            prelude=NO_BMM)
     assert code == 1, stdout + stderr
     for name in ("eager", "compiled"):

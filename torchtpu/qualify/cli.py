@@ -252,8 +252,8 @@ def _notes(report):
     compiled = report["modes"].get("compiled", {})
     if compiled.get("graph_breaks"):
         report["notes"].append(
-            f"torch.compile broke the graph {compiled['graph_breaks']} times: "
-            + "; ".join(compiled["graph_break_reasons"])
+            f"torch.compile broke the graph {compiled['graph_breaks']} times (the Python between graphs runs "
+            "eagerly; its ops are not in the compiled op table): " + "; ".join(compiled["graph_break_reasons"])
         )
     if compiled.get("recompilations"):
         report["notes"].append(
