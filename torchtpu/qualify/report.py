@@ -46,7 +46,7 @@ def _seconds(s):
 def _bytes(n):
     if n is None:
         return "-"
-    return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def _rate(m):
