@@ -67,7 +67,12 @@ class _Where:
         return path in self.user or not path.startswith(self.internal) and not filename.startswith("<frozen")
 
     def innermost(self, frames):
-        """frames: [(filename, lineno, name, line)], outermost first."""
+        """frames: [(filename, lineno, name, line)], outermost first.  Only
+        frames the replay called count (not whoever called qualify)."""
+        here = os.path.realpath(__file__)
+        starts = [i for i, f in enumerate(frames) if f[2] == "pinpoint" and os.path.realpath(f[0]) == here]
+        if starts:
+            frames = frames[starts[-1] + 1:]
         for filename, lineno, name, line in reversed(frames):
             if self.is_user(filename):
                 return f"{_short(filename)}:{lineno} in {name}: {(line or '').strip()}"
@@ -119,6 +124,7 @@ class Replayer(TorchDispatchMode):
         self.rtol, self.atol = rtol, atol
         self.where = _Where()
         self.phase, self.step = "forward", 0
+        self.outside_user_code = "(no frame outside torch/torchtpu)"  # what to say when no user frame is found
         self.compared = 0
         self.first = None
 
@@ -152,7 +158,7 @@ class Replayer(TorchDispatchMode):
             forward = self.where.innermost(_parse_formatted(node.metadata.get("traceback_", [])))
             return f"backward of {node.name()}" + (f", forward at {forward}" if forward else "")
         frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_stack()]
-        return self.where.innermost(frames) or "(no frame outside torch/torchtpu)"
+        return self.where.innermost(frames) or self.outside_user_code
 
 
 def pinpoint(workload, steps, optimizer, lr, device, seed, rtol, atol) -> dict:
@@ -173,7 +179,9 @@ def pinpoint(workload, steps, optimizer, lr, device, seed, rtol, atol) -> dict:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 rp.phase = "optimizer step"
+                rp.outside_user_code = f"{type(opt).__module__}.{type(opt).__name__}.step()"
                 opt.step()
+                rp.outside_user_code = "(no frame outside torch/torchtpu)"
             if rp.first is not None:
                 break
     if rp.first is not None:
