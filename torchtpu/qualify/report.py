@@ -1,5 +1,25 @@
 """The qualification report: one dict (the JSON), rendered for the terminal
-and as Markdown."""
+and as Markdown.
+
+JSON layout (non-finite numbers are written as the strings "inf"/"nan"):
+
+    qualify    the run's settings: model, steps, optimizer, lr, rtol, atol, seed, device,
+               no_fallback, compile_cache_dir (+ whether it was a fresh temporary one)
+    revision   torchtpu, torchtpu_commit, torch, jax, jaxlib, python, platform, device_kind,
+               device_count, xla_flags, libtpu_init_args, float32_matmul_precision, environment
+    modes      cpu | eager | compiled, each: status (REFERENCE/PASS/FAIL), losses, step_times,
+               first_step_s, steady_step_s, throughput (+ throughput_unit); tpu modes also:
+               deviation {outputs, losses, gradients: max_abs, max_rel, score (<= 1 passes)},
+               ops [{op, count (first step), path (native/cpu-fallback/host), how, cpu_calls}],
+               op_summary, first_step_fallbacks and fallbacks ({op: CPU calls}, first step / all
+               steps), peak_memory_bytes, warm_cache_first_step_s, warm_cache_persistent_hits;
+               compiled also: graph_breaks (+ reasons), recompilations (dynamo + XLA after the
+               first step), compile (compile_stats() totals and per graph); error/traceback if it raised
+    failures   why the result is FAIL, one line each
+    notes      caveats (random ops, graph breaks, ...)
+    pinpoint   when eager deviates: {op, step, phase, where, max_abs, max_rel, score, compared}
+    result     PASS | FAIL, and exit_code
+"""
 
 import json
 import math
