@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS) tests
 
 demo: $(STAMP)
-	$(PY) -m torchtpu.demo
+	$(PY) -m torchtpu qualify
 
 bench: $(STAMP)
 	$(PY) benchmarks/eager_overhead.py

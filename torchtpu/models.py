@@ -1,4 +1,4 @@
-"""Small reference models used by the demo, the tests and the benchmarks:
+"""Small reference models used by `torchtpu qualify`, the tests and the benchmarks:
 plain PyTorch, nothing tpu-specific."""
 
 import math

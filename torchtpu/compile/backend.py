@@ -37,8 +37,14 @@ def _compiler(options, kind, graph_id):
             lowering = GraphLowering(gm)
         except Unlowerable as reason:
             log.warning("torchtpu.compile: %s runs op by op in eager mode: %s", name, reason)
-            stats.register(name, fallback=str(reason))
-            return _boxed(gm.forward)
+            targets = [n.target for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+            graph_stats = stats.register(name, fallback=str(reason), ops=targets)
+
+            def op_by_op(*args):
+                graph_stats.requests += 1
+                return gm.forward(*args)
+
+            return _boxed(op_by_op)
         return _boxed(CompiledGraph(lowering, name, options))
 
     return compile_graph

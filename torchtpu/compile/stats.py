@@ -1,6 +1,7 @@
 """Compile telemetry: `torchtpu.compile_stats()`."""
 
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -13,13 +14,16 @@ class GraphStats:
     persistent_hits: int = 0  # of those, loaded from JAX's on-disk cache
     compile_seconds: float = 0.0  # tracing + lowering + XLA compile (or cache load)
     fallback: str = ""  # why the graph runs op by op, if it does
+    op_counts: dict = field(default_factory=dict)  # aten overload (str) -> occurrences in the graph
 
 
 _graphs: list = []
 
 
-def register(name, graph=None, fallback=""):
-    stats = GraphStats(name=name, ops=len(graph.ops) if graph is not None else 0, fallback=fallback)
+def register(name, graph=None, fallback="", ops=None):
+    """`graph`: a GraphLowering; `ops`: the aten targets of a graph that falls back."""
+    ops = graph.ops if graph is not None else (ops or [])
+    stats = GraphStats(name=name, ops=len(ops), fallback=fallback, op_counts=dict(Counter(str(op) for op in ops)))
     _graphs.append(stats)
     return stats
 
