@@ -141,18 +141,7 @@ def _check_safe_cast_to_output(sch, meta_values):
     tensor's dtype."""
     if torch.Tag.pointwise not in sch.op.tags or not sch.mutated:
         return
-    functional = next(iter(_functional_candidates(sch.op)), None)
-    if functional is None:
-        return
-    args, kwargs = sch.split(meta_values)
-    for p in sch.mutated:
-        if sch.op._schema.arguments[p].is_out:
-            kwargs.pop(sch.names[p], None)
-    try:
-        result = functional(*args, **kwargs)
-    except Exception:  # the functional overload may not take these arguments
-        return
-    results = result if isinstance(result, (tuple, list)) else (result,)
+    results = functional_meta_result(sch, meta_values)
     written = [meta_values[p] for p in sch.mutated]
     for r, w in zip(results, written):
         if isinstance(r, torch.Tensor) and isinstance(w, torch.Tensor) and not torch.can_cast(r.dtype, w.dtype):
@@ -160,3 +149,20 @@ def _check_safe_cast_to_output(sch, meta_values):
                 f"result type {C10_NAMES.get(r.dtype, r.dtype)} can't be cast to the desired output type "
                 f"{C10_NAMES.get(w.dtype, w.dtype)}"
             )
+
+
+def functional_meta_result(sch, meta_values):
+    """The outputs (a tuple) the functional variant of a mutating or out= op
+    gives for these meta arguments; () if there is none or it refuses them."""
+    functional = next(iter(_functional_candidates(sch.op)), None)
+    if functional is None:
+        return ()
+    args, kwargs = sch.split(meta_values)
+    for p in sch.mutated:
+        if sch.op._schema.arguments[p].is_out:
+            kwargs.pop(sch.names[p], None)
+    try:
+        result = functional(*args, **kwargs)
+    except Exception:  # the functional overload may not take these arguments
+        return ()
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)

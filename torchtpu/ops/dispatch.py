@@ -22,7 +22,6 @@ from ..runtime.dtypes import to_jax
 from . import aten_checks, plans
 from .aten_checks import C10_NAMES as _C10_NAMES
 from .context import LoweringContext, matmul_precision
-from .registry import _functional_candidates as registry_functional_candidates
 from .registry import find_lowering
 from .schema import (
     GENERATOR,
@@ -596,17 +595,7 @@ def _match_resized_out_layout(sch, values, meta_values, call):
     ]
     if not resized:
         return
-    functional = next(iter(registry_functional_candidates(sch.op)), None)
-    if functional is None:
-        return
-    args, kwargs = sch.split(meta_values)
-    for p in outs:
-        kwargs.pop(sch.names[p], None)
-    try:
-        func_out = functional(*args, **kwargs)
-    except Exception:  # the functional overload may not take these arguments
-        return
-    func_out = func_out if isinstance(func_out, (tuple, list)) else (func_out,)
+    func_out = aten_checks.functional_meta_result(sch, meta_values)
     for p, f in zip(outs, func_out):
         m = meta_values[p]
         if p in resized and isinstance(f, torch.Tensor) and f.shape == m.shape and f.stride() != m.stride():
