@@ -1,5 +1,7 @@
 """Factory ops against the CPU: arange, linspace, logspace, eye, full, tri indices."""
 
+import math
+
 import pytest
 import torch
 import torchtpu
@@ -143,3 +145,18 @@ def test_factory_on_second_device():
     with torch.tpu.device(1):
         y = torch.full((3,), 2.0, device="tpu")
     assert y.device.index == 1 and materialize(y).devices() == {devices.jax_device(1)}
+
+
+def test_kernel_cache_tells_equal_python_numbers_apart():
+    """3 == 3.0 == True and -0.0 == 0.0 in Python, but each gives a different
+    kernel: a cache keyed on the raw values served arange(3.0) the int64
+    kernel of an earlier arange(3)."""
+    for _ in range(2):  # the second round is served from the caches
+        same(lambda d: torch.arange(3, device=d))
+        same(lambda d: torch.arange(3.0, device=d))
+        same(lambda d: torch.full((2,), 1, device=d))
+        same(lambda d: torch.full((2,), True, device=d))
+        same(lambda d: torch.full((2,), 1.0, device=d))
+        for value in (0.0, -0.0):
+            t = torch.full((1,), value, device="tpu").cpu()
+            assert math.copysign(1, t.item()) == math.copysign(1, value)

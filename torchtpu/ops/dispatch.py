@@ -139,14 +139,14 @@ class Call:
                     parts.append(self.scalar_key(v, i in dynamic))
             elif kind is SCALAR:
                 if v is None or i in static:
-                    parts.append(v)
+                    parts.append(_static_key(v))
                 else:
                     parts.append(self.scalar_key(v, i in dynamic))
             elif kind is STATIC:
                 if type(v) is torch.device and v.type == "tpu" and self.requested is None:
                     # a factory's device= (there are no tensors to say where)
                     self.requested = v.index if v.index is not None else _C._current_device()
-                parts.append(tuple(v) if isinstance(v, list) else v)
+                parts.append(_static_key(v))
             elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
                 parts.append(None if v is None else tuple(None if t is None else self.tensor_key(t) for t in v))
             elif kind is SCALAR_LIST:
@@ -163,6 +163,20 @@ class Call:
         parts.append(torch.get_float32_matmul_precision())
         parts.append(torch.get_default_dtype())
         return tuple(parts)
+
+
+def _static_key(v):
+    """A value the kernel is specialised on, typed: 3, 3.0 and True are equal
+    in Python but give different kernels (arange(3) is int64, arange(3.0)
+    float32), and -0.0 == 0.0 (hex tells them apart, and NaN from itself)."""
+    t = type(v)
+    if t is float:
+        return (float, v.hex())
+    if t is int or t is bool:
+        return (t, v)
+    if t is list or t is tuple:
+        return tuple(_static_key(x) for x in v)
+    return v
 
 
 # A Scalar argument is baked into the kernel (a constant XLA folds, no
