@@ -64,8 +64,8 @@ UNARY = {
     "argmax": lambda rng, a: a.argmax(_dim(rng, a)),
     "topk": lambda rng, a: torch.topk(a, 1, _dim(rng, a)).values if a.dim() else a,
     "cummax": lambda rng, a: torch.cummax(a, _dim(rng, a)).values,
-    "gather_sorted": lambda rng, a: (lambda d: a.gather(d, a.argsort(d)))(_dim(rng, a)),
-    "scatter_add": lambda rng, a: (lambda d: a.scatter_add(d, a.argsort(d), a))(_dim(rng, a)),
+    "gather_sorted": lambda rng, a: (lambda d: a.gather(d, a.argsort(dim=d, stable=True)))(_dim(rng, a)),
+    "scatter_add": lambda rng, a: (lambda d: a.scatter_add(d, a.argsort(dim=d, stable=True), a))(_dim(rng, a)),
     # views
     "transpose": lambda rng, a: a.transpose(_dim(rng, a), _dim(rng, a)),
     "slice_step": lambda rng, a: a[..., :: rng.choice([1, 2])],
