@@ -6,7 +6,11 @@ views of views, in-place updates through views (the base must change on both
 devices), broadcasting, dtype promotion, reductions over random dims, and
 autograd through all of it.  An op the CPU rejects must be rejected on tpu
 with the same exception type.  Every seed is a fixed program, so a failure is
-reproducible: the assertion names the seed and the op list so far.
+reproducible: the assertion names the seed and the op list so far.  (Other
+seeds can trip over a last-ulp difference that a discontinuous op -- floor
+division, a comparison -- amplifies into a different value; the listed seeds
+are deterministic, and a fuzz over 800 more seeds found only such cases once
+the bugs it found were fixed.)
 """
 
 import random
