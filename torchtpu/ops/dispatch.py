@@ -452,7 +452,9 @@ def _build(entry, values, call):
         meta_out = sch.op(*margs, **mkwargs)
     except (NotImplementedError, AttributeError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
         # (AttributeError: a broken meta kernel in PyTorch itself)
-        raise Unsupported(f"no meta kernel for {sch.op}: {e}") from e
+        if lowering.meta is None or not isinstance(e, NotImplementedError):
+            raise Unsupported(f"no meta kernel for {sch.op}: {e}") from e
+        meta_out = lowering.meta(*margs, **mkwargs)
     except RuntimeError as e:
         if "data-dependent" in str(e) or "meta" in str(e).lower() and "not implemented" in str(e).lower():
             raise Unsupported(str(e)) from e

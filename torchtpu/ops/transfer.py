@@ -54,6 +54,7 @@ def to_host(array) -> torch.Tensor:
 
 def from_host(t: torch.Tensor, device: int):
     """A CPU tensor's value as a jax.Array on tpu:`device`."""
+    to_jax(t.dtype)  # (raises for a dtype the platform does not support)
     host = torch_to_numpy(t.detach())
     target = devices.jax_device(device)
     if target.platform == "cpu":

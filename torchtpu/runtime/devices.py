@@ -46,6 +46,9 @@ def init():
         if _devices is None:
             devices = _configure_and_list()
             _platform = devices[0].platform if devices else None
+            from . import dtypes
+
+            dtypes.set_platform(_platform)
             _devices = devices
     return _devices
 

@@ -3,6 +3,7 @@ fills torchtpu.ops.registry.LOWERINGS (and special.HANDLERS)."""
 
 from . import (  # noqa: F401
     activations,
+    complex_ops,
     conv,
     core,
     creation,
@@ -10,9 +11,12 @@ from . import (  # noqa: F401
     dropout,
     elementwise,
     embedding,
+    fft,
     foreach,
     indexing,
+    interpolation,
     linalg,
+    linalg_decomp,
     losses,
     normalization,
     pooling,
@@ -20,4 +24,5 @@ from . import (  # noqa: F401
     reductions,
     shape,
     sorting,
+    special_functions,
 )
