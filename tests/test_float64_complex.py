@@ -43,3 +43,18 @@ def test_tpu_keeps_complex64_and_float32(tpu_policy):
     torch.testing.assert_close((z.to("tpu") * 2).cpu(), z * 2)
     x = torch.randn(3)
     torch.testing.assert_close((x.to("tpu") + 1).cpu(), x + 1)
+
+
+def test_lazy_conjugate_and_negative_bits(no_fallback):
+    """Views with ATen's conj/neg bits read as their logical values, in copies
+    to the host, in ops ATen lets through (clone, mm) and in the rest."""
+    z = torch.randn(3, 3, dtype=torch.complex64)
+    zt = z.to("tpu")
+    for _ in range(2):  # (the second round is served by the kernel caches)
+        c = zt.conj()
+        assert c.is_conj()
+        torch.testing.assert_close(c.cpu(), z.conj())
+        torch.testing.assert_close(c.clone().cpu(), z.conj())
+        torch.testing.assert_close((c + 1).cpu(), z.conj() + 1)
+        torch.testing.assert_close((zt.mH @ zt).cpu(), z.mH @ z)
+        torch.testing.assert_close(torch.fft.ifft(zt.real).cpu(), torch.fft.ifft(z.real))

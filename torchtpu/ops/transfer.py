@@ -109,6 +109,10 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     if src_tpu:
         checks.flush()  # a host read: report failed device-side checks first
         host = to_host(materialize(src))
+        if src.is_conj():  # (the lazy bits: the CPU copy resolves them)
+            host = host.conj()
+        if src.is_neg():
+            host = host._neg_view()
         return dst.copy_(host)
     raise RuntimeError(f"torchtpu: copy_ between {dst.device} and {src.device}")
 
