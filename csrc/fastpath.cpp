@@ -184,7 +184,9 @@ void add_tpu_tensor(Call& call, const at::Tensor& t) {
   }
   call.key.push_back(kTagTensor);
   call.key.push_back(static_cast<int64_t>(slot));
-  call.key.push_back(static_cast<int64_t>(t.scalar_type()));
+  // dtype, and the lazy conjugate/negative bits (kernels read the logical value)
+  call.key.push_back(static_cast<int64_t>(t.scalar_type()) | (impl->is_conj() ? 1 << 16 : 0) |
+                     (impl->is_neg() ? 1 << 17 : 0));
   call.key.push_back(impl->storage_offset());
   call.key.push_back(static_cast<int64_t>(storage.nbytes()));
   const auto sizes = impl->sizes();

@@ -121,7 +121,8 @@ class Call:
             self.addresses.append(address)
             self.entries.append(_boxes.get(address) if address else None)
         entry = self.entries[slot]
-        return (sizes, strides, offset, t.dtype, slot, entry[1] if entry is not None else None, nbytes)
+        bits = _math_bits(t)
+        return (sizes, strides, offset, t.dtype, slot, entry[1] if entry is not None else None, nbytes, bits)
 
     def key(self, sch, entry, values):
         parts = [sch.op]
@@ -470,7 +471,9 @@ def _build(entry, values, call):
         meta_out = sch.op(*margs, **mkwargs)
     except (NotImplementedError, AttributeError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
         # (AttributeError: a broken meta kernel in PyTorch itself)
-        raise Unsupported(f"no meta kernel for {sch.op}: {e}") from e
+        if lowering.meta is None or not isinstance(e, NotImplementedError):
+            raise Unsupported(f"no meta kernel for {sch.op}: {e}") from e
+        meta_out = lowering.meta(*margs, **mkwargs)
     except RuntimeError as e:
         if "data-dependent" in str(e) or "meta" in str(e).lower() and "not implemented" in str(e).lower():
             raise Unsupported(str(e)) from e
@@ -633,6 +636,19 @@ def _mutation_target(kernel, call, position, real, meta, single):
     return ("slot", call.slot_of[address], nbytes)
 
 
+def _math_bits(t):
+    """ATen's lazy conjugate / negative bits (1 | 2).  Most ops never see them
+    (the Conjugate/Negative fallbacks resolve inputs first); the ops ATen lets
+    through (copy_, clone, mm, dot, ... and views) read the logical value."""
+    return int(t.is_conj()) | (int(t.is_neg()) << 1)
+
+
+def _apply_math_bits(x, bits):
+    if bits & 1:
+        x = jnp.conj(x)
+    return -x if bits & 2 else x
+
+
 def _readers(entry, values, call):
     """Per argument, a function (arrays, dyn) -> the lowering's argument."""
     readers = []
@@ -656,6 +672,11 @@ def _readers(entry, values, call):
         address, nbytes, sizes, strides, offset, _ = call.infos[id(t)]
         slot = call.slot_of[address]
         dtype = to_jax(t.dtype)
+        bits = _math_bits(t)
+        if bits:
+            return lambda arrays, dyn: _apply_math_bits(
+                plans.read_view(arrays.get(slot), sizes, strides, offset, dtype), bits
+            )
         return lambda arrays, dyn: plans.read_view(arrays.get(slot), sizes, strides, offset, dtype)
 
     for i, (kind, v) in enumerate(zip(entry.kinds, values)):

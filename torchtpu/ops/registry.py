@@ -24,6 +24,7 @@ class Lowering:
     static: frozenset = field(default_factory=frozenset)  # Scalar args baked into the kernel
     random: bool = False  # needs ctx.rng_key()
     traced: frozenset = field(default_factory=frozenset)  # float args passed traced, like Scalars
+    meta: object = None  # output metadata where ATen has no meta kernel: fn(*meta args) -> meta tensor(s)
 
 
 LOWERINGS: dict = {}
@@ -49,16 +50,18 @@ def _overloads(target):
     return [target]
 
 
-def lower(*targets, static=(), random=False, traced=()):
+def lower(*targets, static=(), random=False, traced=(), meta=None):
     """Register `fn` as the lowering of these overloads (a packet means all of
     its overloads that have no lowering of their own).
 
     static: Scalar arguments whose values the lowering needs in Python (baked
     into the kernel).  traced: `float` arguments that change from call to call
-    (e.g. a momentum) and so are passed traced instead of baked in."""
+    (e.g. a momentum) and so are passed traced instead of baked in.  meta:
+    the output's metadata from the (meta) arguments, for the few ops ATen
+    has no meta kernel for (some backward ops)."""
 
     def deco(fn):
-        entry = Lowering(fn, frozenset(static), random, frozenset(traced))
+        entry = Lowering(fn, frozenset(static), random, frozenset(traced), meta)
         for target in targets:
             explicit = not isinstance(target, torch._ops.OpOverloadPacket)
             for op in _overloads(target):

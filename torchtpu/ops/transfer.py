@@ -54,6 +54,7 @@ def to_host(array) -> torch.Tensor:
 
 def from_host(t: torch.Tensor, device: int):
     """A CPU tensor's value as a jax.Array on tpu:`device`."""
+    to_jax(t.dtype)  # (raises for a dtype the platform does not support)
     host = torch_to_numpy(t.detach())
     target = devices.jax_device(device)
     if target.platform == "cpu":
@@ -108,6 +109,10 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     if src_tpu:
         checks.flush()  # a host read: report failed device-side checks first
         host = to_host(materialize(src))
+        if src.is_conj():  # (the lazy bits: the CPU copy resolves them)
+            host = host.conj()
+        if src.is_neg():
+            host = host._neg_view()
         return dst.copy_(host)
     raise RuntimeError(f"torchtpu: copy_ between {dst.device} and {src.device}")
 

@@ -47,8 +47,10 @@ def init():
             devices = _configure_and_list()
             _platform = devices[0].platform if devices else None
             from .. import memory
+            from . import dtypes
 
             memory._runtime_started(devices)  # allocator capacity = the devices' memory limits
+            dtypes.set_platform(_platform)
             _devices = devices
     return _devices
 

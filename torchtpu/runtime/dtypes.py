@@ -42,7 +42,26 @@ _NUMPY_CARRIERS = {
 }
 
 
+# 64-bit floating point per platform.  CPU and GPU run float64/complex128
+# natively (JAX with x64).  TPUs have no float64 unit: XLA would emulate some
+# ops slowly and reject others, so there, like MPS, float64 and complex128
+# are a clear error at the first kernel or copy (complex64 is native).
+_NO_FLOAT64_PLATFORMS = frozenset({"tpu"})
+_unsupported: frozenset = frozenset()
+
+
+def set_platform(platform):
+    """Called once the JAX platform is known (runtime.devices)."""
+    global _unsupported
+    _unsupported = frozenset({torch.float64, torch.complex128}) if platform in _NO_FLOAT64_PLATFORMS else frozenset()
+
+
 def to_jax(dtype: torch.dtype):
+    if dtype in _unsupported:
+        raise TypeError(
+            f"torchtpu: {dtype} is not supported on TPU (no native float64); use "
+            f"{'torch.complex64' if dtype.is_complex else 'torch.float32'} instead"
+        )
     try:
         return TORCH_TO_JAX[dtype]
     except KeyError:

@@ -4,6 +4,7 @@ fills torchtpu.ops.registry.LOWERINGS (and special.HANDLERS)."""
 from . import (  # noqa: F401
     activations,
     amp,
+    complex_ops,
     conv,
     core,
     creation,
@@ -11,9 +12,12 @@ from . import (  # noqa: F401
     dropout,
     elementwise,
     embedding,
+    fft,
     foreach,
     indexing,
+    interpolation,
     linalg,
+    linalg_decomp,
     losses,
     normalization,
     pooling,
@@ -21,4 +25,5 @@ from . import (  # noqa: F401
     reductions,
     shape,
     sorting,
+    special_functions,
 )

@@ -546,3 +546,19 @@ def repeat_interleave(repeats, output_size=None):
 @special(aten.repeat_interleave.Tensor_out)
 def repeat_interleave_out(repeats, *, output_size=None, out):
     return _to_out(out, repeat_interleave_tensor(repeats, output_size))
+
+
+# ------------------------------------------------------------ equal
+
+
+@special(aten.equal.default)
+def equal(self, other):
+    """A Python bool: synchronises (as on CUDA)."""
+    if self.shape != other.shape:
+        return False
+    if self.device != other.device:
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, {self.device} and "
+            f"{other.device}!"
+        )
+    return bool(torch.eq(self, other).all().item())

@@ -10,6 +10,8 @@ Conventions used throughout:
   differs from the result type for out= and in-place calls).
 """
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -132,7 +134,7 @@ UNARY_FLOAT = {
     aten.sigmoid.default: lambda x: 1 / (1 + jnp.exp(-x)),
     aten.reciprocal.default: lambda x: 1 / x,
     aten.lgamma.default: lax.lgamma,
-    aten.digamma.default: lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), lax.digamma(x)),
+    aten.digamma.default: lambda x: _digamma(x),
     aten.sinc.default: jnp.sinc,
     aten.deg2rad.default: jnp.deg2rad,
     aten.rad2deg.default: jnp.rad2deg,
@@ -225,13 +227,57 @@ for _op, _fn in UNARY_SAME.items():
     lower(_op)(_unary_same(_op, _fn))
 
 
+def _digamma(x):
+    """ATen's calc_digamma: x < 0 by reflection (with x's fractional part, so
+    tan stays accurate), NaN at negative integers, -+inf at -+0."""
+    neg = x < 0
+    frac = x - jnp.trunc(x)
+    reflected = lax.digamma(jnp.where(neg, 1 - x, 1)) - math.pi / jnp.tan(math.pi * frac)
+    r = jnp.where(neg, reflected, lax.digamma(jnp.where(neg, 1, x)))
+    r = jnp.where(neg & (frac == 0), jnp.nan, r)
+    return jnp.where(x == 0, jnp.copysign(jnp.inf, -x), r)
+
+
+def _polygamma(n, x):
+    """n >= 1.  x < 0: shift up by k = ceil(-x) with
+    psi_n(x) = psi_n(x + k) + (-1)^(n+1) n! sum_{j<k} (x + j)^-(n+1)
+    (what ATen's Hurwitz-zeta form computes; lax.polygamma needs x > 0)."""
+    shift = jnp.where(x < 0, jnp.ceil(-x), 0)
+
+    def body(state):
+        j, acc = state
+        term = jnp.where(j < shift, (x + j) ** -(n + 1), 0)
+        return j + 1, acc + term
+
+    _, acc = lax.while_loop(lambda s: s[0] < jnp.max(shift, initial=0), body, (jnp.zeros((), x.dtype), jnp.zeros_like(x)))
+    sign = 1.0 if n % 2 else -1.0
+    r = lax.polygamma(jnp.asarray(n, x.dtype), x + shift) + sign * math.factorial(n) * acc
+    return jnp.where((x <= 0) & (x == jnp.trunc(x)), sign * jnp.inf, r)  # (poles)
+
+
+def _trigamma(x):
+    """ATen's calc_trigamma (reflection below 1/2 with sin(pi x) as the CPU
+    computes it, six recurrence steps, then the asymptotic series)."""
+    refl = x < 0.5
+    r = jnp.where(refl, -(math.pi**2) / jnp.sin(math.pi * x) ** 2, 0)
+    x = jnp.where(refl, 1 - x, x)
+    for _ in range(6):
+        r = r + 1 / (x * x)
+        x = x + 1
+    ixx = 1 / (x * x)
+    r = r + (1 + 1 / (2 * x) + ixx * (1 / 6 - ixx * (1 / 30 - ixx * (1 / 42)))) / x
+    return jnp.where(refl, -r, r)
+
+
 @lower(aten.polygamma.default)
 def polygamma(ctx, n, self):
     dt = float_result(ctx, 1)
     x = cast(self, opmath(dt))
     if n == 0:
-        return UNARY_FLOAT[aten.digamma.default](x).astype(dt)
-    return lax.polygamma(jnp.asarray(n, x.dtype), x).astype(dt)
+        return _digamma(x).astype(dt)
+    if n == 1:
+        return _trigamma(x).astype(dt)
+    return _polygamma(n, x).astype(dt)
 
 
 @lower(aten.round.decimals)
@@ -606,6 +652,18 @@ BITWISE = {
 
 for _packet, _fn in BITWISE.items():
     lower(_packet.Tensor, _packet.Scalar, _packet.Scalar_Tensor)(_binary_same(_fn, _packet._qualified_op_name[6:]))
+
+
+def _lcm(a, b):
+    """torch's: 0 where gcd is 0, else |a / gcd * b| (wrapping like C)."""
+    g = jnp.gcd(a, b)
+    return jnp.abs(jnp.where(g == 0, 0, a // jnp.where(g == 0, 1, g)) * b)
+
+
+INTEGER_ONLY = {aten.gcd.default: jnp.gcd, aten.lcm.default: _lcm}
+
+for _op, _fn in INTEGER_ONLY.items():
+    lower(_op)(_binary_same(_fn, _op._schema.name.split("::")[1]))
 
 
 @lower(aten.heaviside.default)

@@ -203,3 +203,83 @@ def binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=
     if weight is not None:
         loss = loss * weight.astype(acc)
     return _reduce(loss, reduction, dtype)
+
+
+# ------------------------------------------------------------ margin losses
+# The backward ops are the VJPs of the forward functions (hinges use
+# `where(z > 0, ...)`, so the gradient at the kink is 0, as ATen's).
+
+
+def _as_frames(x):
+    """(N, C) view of a 0-d, 1-d or 2-d input."""
+    return x.reshape(1, -1) if x.ndim < 2 else x
+
+
+def _multi_margin(x, target, p, margin, weight, reduction):
+    dtype = x.dtype
+    acc = acc_dtype(dtype)
+    xs = _as_frames(x).astype(acc)
+    t = target.reshape(-1)
+    picked = jnp.take_along_axis(xs, t[:, None], axis=1)
+    z = margin - picked + xs
+    h = jnp.where(z > 0, z if p == 1 else z * z, jnp.zeros((), acc))
+    if weight is not None:
+        h = h * weight.astype(acc)[t][:, None]
+    h = jnp.where(jnp.arange(xs.shape[1]) == t[:, None], jnp.zeros((), acc), h)
+    per_frame = jnp.sum(h, axis=1) / xs.shape[1]
+    if reduction == NONE:
+        return per_frame.astype(dtype).reshape(target.shape if x.ndim > 1 else ())
+    return (jnp.mean(per_frame) if reduction == MEAN else jnp.sum(per_frame)).astype(dtype)
+
+
+@lower(aten.multi_margin_loss, static=("p",))
+def multi_margin_loss(ctx, self, target, p=1, margin=1, weight=None, reduction=MEAN):
+    return _multi_margin(self, target, p, jnp.asarray(margin), weight, reduction).reshape(ctx.out_shape)
+
+
+def _like_self(grad_output, self, *args, **kwargs):
+    """Meta for backward ops ATen has no meta kernel for: a gradient of `self`."""
+    return torch.empty_like(self, memory_format=torch.contiguous_format)
+
+
+@lower(aten.multi_margin_loss_backward, static=("p",), meta=_like_self)
+def multi_margin_loss_backward(ctx, grad_output, self, target, p, margin, weight=None, reduction=MEAN):
+    out, vjp = jax.vjp(lambda x: _multi_margin(x, target, p, jnp.asarray(margin), weight, reduction), self)
+    return vjp(grad_output.astype(out.dtype).reshape(out.shape))[0]
+
+
+def _multilabel_targets(target, classes):
+    """(valid (N, C) mask of the target slots before the first -1, is_target (N, C))."""
+    t = target.reshape(-1, classes)
+    valid = jnp.cumprod((t >= 0).astype(jnp.int32), axis=1).astype(bool)
+    hot = (jnp.where(valid, t, -1)[:, :, None] == jnp.arange(classes)).any(axis=1)
+    return t, valid, hot
+
+
+def _multilabel_margin(x, target, reduction):
+    dtype = x.dtype
+    acc = acc_dtype(dtype)
+    xs = _as_frames(x).astype(acc)
+    classes = xs.shape[1]
+    t, valid, hot = _multilabel_targets(target, classes)
+    picked = jnp.take_along_axis(xs, jnp.where(valid, t, 0), axis=1)  # (N, slots)
+    z = 1 - picked[:, :, None] + xs[:, None, :]
+    keep = valid[:, :, None] & ~hot[:, None, :] & (z > 0)
+    per_frame = jnp.sum(jnp.where(keep, z, jnp.zeros((), acc)), axis=(1, 2)) / classes
+    if reduction == NONE:
+        out = per_frame.astype(dtype).reshape(x.shape[:1] if x.ndim > 1 else ())
+    else:
+        out = (jnp.mean(per_frame) if reduction == MEAN else jnp.sum(per_frame)).astype(dtype)
+    return out, hot.reshape(x.shape).astype(dtype)
+
+
+@lower(aten.multilabel_margin_loss_forward)
+def multilabel_margin_loss_forward(ctx, self, target, reduction):
+    out, is_target = _multilabel_margin(self, target, reduction)
+    return out.reshape(ctx.out_shape), is_target
+
+
+@lower(aten.multilabel_margin_loss_backward, meta=_like_self)
+def multilabel_margin_loss_backward(ctx, grad_output, self, target, reduction, is_target):
+    out, vjp = jax.vjp(lambda x: _multilabel_margin(x, target, reduction)[0], self)
+    return vjp(grad_output.astype(out.dtype).reshape(out.shape))[0]

@@ -13,6 +13,7 @@ ops scatter-add grad_output at those indices.
 """
 
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -378,3 +379,66 @@ def adaptive_max_pool2d_backward(ctx, grad_output, self, indices):
 @lower(aten.adaptive_max_pool3d_backward)
 def adaptive_max_pool3d_backward(ctx, grad_output, self, indices):
     return _scatter_to_plane(grad_output, indices, self.shape, 3)
+
+
+# ------------------------------------------------------ fractional max pooling
+
+
+def _fractional_starts(u, n_in, n_out, k):
+    """ATen's generate_intervals for every plane: window starts (..., n_out)
+    from the plane's sample u in [0, 1), in the input dtype as ATen."""
+    if n_out == 0:
+        return jnp.zeros(u.shape + (0,), jnp.int64)
+    alpha = (jnp.asarray(n_in - k, u.dtype) / jnp.asarray(max(n_out - 1, 1), u.dtype)).astype(u.dtype)
+    i = jnp.arange(n_out - 1, dtype=u.dtype)
+    starts = ((i + u[..., None]) * alpha).astype(jnp.int64) - (u * alpha).astype(jnp.int64)[..., None]
+    last = jnp.full(u.shape + (1,), n_in - k, jnp.int64)
+    return jnp.concatenate([starts, last], axis=-1)
+
+
+def _fractional_max_pool(x, kernel_size, output_size, samples):
+    """x (..., C, *spatial), samples (N or 1, C, nd): (values, indices into
+    each plane's flattened spatial dims), first maximum of each window."""
+    nd = len(kernel_size)
+    spatial = x.shape[-nd:]
+    planes = x.reshape(-1, math.prod(spatial))
+    u = samples.reshape(-1, nd)
+    order = (1, 0) if nd == 2 else (0, 1, 2)  # ATen's sample order: 2-d (w, h); 3-d (t, h, w)
+    strides = [math.prod(spatial[d + 1:]) for d in range(nd)]
+    flat = 0
+    for d in range(nd):
+        starts = _fractional_starts(u[:, order[d]], spatial[d], output_size[d], kernel_size[d])  # (P, out_d)
+        pos = starts[:, :, None] + jnp.arange(kernel_size[d])  # (P, out_d, k_d)
+        shape = [pos.shape[0]] + [1] * (2 * nd)
+        shape[1 + d], shape[1 + nd + d] = output_size[d], kernel_size[d]
+        flat = flat + pos.reshape(shape) * strides[d]
+    flat = flat.reshape(flat.shape[0], math.prod(output_size), -1)  # (P, out, window)
+    vals = planes[jnp.arange(planes.shape[0])[:, None, None], flat]
+    best = jnp.argmax(vals, axis=-1)
+    out = jnp.take_along_axis(vals, best[..., None], axis=-1)[..., 0]
+    idx = jnp.take_along_axis(flat, best[..., None], axis=-1)[..., 0]
+    out_shape = x.shape[:-nd] + tuple(output_size)
+    return out.reshape(out_shape), idx.reshape(out_shape).astype(jnp.int64)
+
+
+def _fractional_forward(ctx, self, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(self, tuple(kernel_size), tuple(output_size), random_samples)
+
+
+def _fractional_backward(ctx, grad_output, self, kernel_size, output_size, indices):
+    nd = len(kernel_size)
+    planes = math.prod(self.shape[:-nd])
+    g = grad_output.reshape(planes, -1)
+    idx = indices.reshape(planes, -1)
+    grad = jnp.zeros((planes, math.prod(self.shape[-nd:])), grad_output.dtype)
+    grad = grad.at[jnp.arange(planes)[:, None], idx].add(g)
+    return grad.reshape(self.shape)
+
+
+def _grad_like_self(grad_output, self, *args, **kwargs):
+    return torch.empty_like(self, memory_format=torch.contiguous_format)
+
+
+for _nd in (2, 3):
+    lower(getattr(aten, f"fractional_max_pool{_nd}d").default)(_fractional_forward)
+    lower(getattr(aten, f"fractional_max_pool{_nd}d_backward").default, meta=_grad_like_self)(_fractional_backward)

@@ -541,3 +541,26 @@ def log_softmax_backward(ctx, grad_output, output, dim, input_dtype):
     axis = _wrap(dim, output.ndim)
     r = g - jnp.exp(y) * jnp.sum(g, axis=axis, keepdims=True)
     return r.reshape(output.shape)
+
+
+# ------------------------------------------------------------------ histc
+
+
+@lower(aten.histc)
+def histc(ctx, self, bins=100, min=0, max=0):
+    """ATen's: the data's range when min == max, widened by 1 each side if
+    still empty; bin = trunc((x - lo) * bins / (hi - lo)) in the input dtype,
+    x == hi in the last bin, values outside [lo, hi] (and NaN) not counted."""
+    x = self.reshape(-1)
+    dt = x.dtype
+    lo, hi = jnp.asarray(min, dt), jnp.asarray(max, dt)
+    use_data = lo == hi
+    if x.size:
+        lo = jnp.where(use_data, jnp.min(x), lo)
+        hi = jnp.where(use_data, jnp.max(x), hi)
+    empty = lo == hi
+    lo, hi = jnp.where(empty, lo - 1, lo), jnp.where(empty, hi + 1, hi)
+    inside = (x >= lo) & (x <= hi)
+    pos = jnp.trunc((x - lo) * jnp.asarray(bins, dt) / (hi - lo)).astype(jnp.int64)
+    pos = jnp.clip(jnp.where(pos == bins, bins - 1, pos), 0, bins - 1)
+    return jnp.zeros((bins,), dt).at[pos].add(inside.astype(dt))

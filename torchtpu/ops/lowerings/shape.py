@@ -112,6 +112,14 @@ def _check_reflect(shape, padding, k):
 def _pad_mode(x, padding, mode):
     """Reflection / replication padding (negative pads crop first)."""
     widths = _pad_widths(x.ndim, padding)
+    if mode == "edge":
+        # ATen's index map: output j reads clamp(j - lo, 0, size - 1), which
+        # also covers a crop that leaves nothing but the edge to replicate.
+        for d, (lo, hi) in enumerate(widths):
+            if lo or hi:
+                idx = np.clip(np.arange(x.shape[d] + lo + hi) - lo, 0, x.shape[d] - 1)
+                x = jnp.take(x, jnp.asarray(idx), axis=d)
+        return x
     # Negative pads crop.
     crop = tuple(slice(-lo if lo < 0 else 0, x.shape[d] + hi if hi < 0 else x.shape[d]) for d, (lo, hi) in enumerate(widths))
     x = x[crop]

@@ -8,6 +8,7 @@ descending).  Index arithmetic runs in int32 (native on TPU); the dispatcher
 casts indices to int64 as ATen declares them.
 """
 
+import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
@@ -276,3 +277,25 @@ def cummax_helper(ctx, self, values, indices, dim):
 @lower(aten._cummin_helper.default)
 def cummin_helper(ctx, self, values, indices, dim):
     return _cum_extreme(self, dim, False)
+
+
+# -------------------------------------------------------------- searchsorted
+
+
+@lower(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(ctx, sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
+    """Per row of the sorted sequence (1-d: one row for every value)."""
+    side = "right" if right or side == "right" else "left"
+    values = jnp.asarray(self)
+    dt = jnp.promote_types(sorted_sequence.dtype, values.dtype)
+    seq = sorted_sequence.astype(dt)
+    values = values.astype(dt)
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter.astype(jnp.int64), axis=-1)
+    if seq.ndim == 1:
+        idx = jnp.searchsorted(seq, values, side=side)
+    else:
+        rows = seq.reshape(-1, seq.shape[-1])
+        idx = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(rows, values.reshape(rows.shape[0], -1))
+        idx = idx.reshape(values.shape)
+    return idx.astype(jnp.int32 if out_int32 else jnp.int64)

@@ -1,0 +1,60 @@
+"""Float64 and complex per platform (README, "Float64 and complex").
+
+CPU/GPU: float64, complex64 and complex128 are native (JAX with x64).
+TPU: complex64 is native; float64 and complex128 raise a clear TypeError
+(TPUs have no float64 unit), tested here by selecting the TPU policy."""
+
+import pytest
+import torch
+
+from torchtpu.runtime import devices, dtypes
+from utils import check
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64, torch.complex128])
+def test_native_on_this_platform(no_fallback, dtype):
+    a = torch.randn(4, 5, dtype=dtype)
+    b = torch.randn(5, 3, dtype=dtype)
+    check(lambda a, b: (a @ b, (a * 2 + 1).sum(0), torch.fft.fft(a)), a, b)
+
+
+def test_float64_is_exact():
+    x = torch.tensor([1.0 + 2**-40], dtype=torch.float64)
+    assert (x.to("tpu") - 1).item() == 2**-40
+
+
+@pytest.fixture
+def tpu_policy():
+    dtypes.set_platform("tpu")
+    yield
+    dtypes.set_platform(devices.init()[0].platform)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_tpu_rejects_64_bit_floats(tpu_policy, dtype):
+    with pytest.raises(TypeError, match="not supported on TPU"):
+        torch.ones(3, dtype=dtype).to("tpu")
+    with pytest.raises(TypeError, match="not supported on TPU"):
+        dtypes.to_jax(dtype)
+
+
+def test_tpu_keeps_complex64_and_float32(tpu_policy):
+    z = torch.randn(3, dtype=torch.complex64)
+    torch.testing.assert_close((z.to("tpu") * 2).cpu(), z * 2)
+    x = torch.randn(3)
+    torch.testing.assert_close((x.to("tpu") + 1).cpu(), x + 1)
+
+
+def test_lazy_conjugate_and_negative_bits(no_fallback):
+    """Views with ATen's conj/neg bits read as their logical values, in copies
+    to the host, in ops ATen lets through (clone, mm) and in the rest."""
+    z = torch.randn(3, 3, dtype=torch.complex64)
+    zt = z.to("tpu")
+    for _ in range(2):  # (the second round is served by the kernel caches)
+        c = zt.conj()
+        assert c.is_conj()
+        torch.testing.assert_close(c.cpu(), z.conj())
+        torch.testing.assert_close(c.clone().cpu(), z.conj())
+        torch.testing.assert_close((c + 1).cpu(), z.conj() + 1)
+        torch.testing.assert_close((zt.mH @ zt).cpu(), z.mH @ z)
+        torch.testing.assert_close(torch.fft.ifft(zt.real).cpu(), torch.fft.ifft(z.real))

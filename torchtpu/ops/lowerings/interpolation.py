@@ -1,0 +1,154 @@
+"""Upsampling (`F.interpolate` modes nearest, nearest-exact, linear, bilinear,
+bicubic, trilinear) and its backward.
+
+Every mode is separable: along each spatial dim, output position `o` reads a
+few input positions `idx[o, k]` with weights `w[o, k]` (1 tap for nearest,
+2 for linear, 4 for cubic).  Both tables depend only on sizes, scales and
+align_corners (static), so they are computed in numpy at trace time with
+ATen's CPU formulas, in float32 as ATen does (so nearest picks the same
+index at rounding boundaries).  The forward gathers the taps and sums them
+(in float32 for 16-bit inputs); the backward is that function's VJP
+(a scatter-add), so gradients use exactly the forward's taps.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from ..registry import lower
+from .common import acc_dtype
+
+aten = torch.ops.aten
+F32 = np.float32
+
+
+def _scale(n_in, n_out, align_corners, scale):
+    """ATen's area_pixel_compute_scale (float32)."""
+    if align_corners:
+        return F32(n_in - 1) / F32(n_out - 1) if n_out > 1 else F32(0)
+    if scale is not None and scale > 0:
+        return F32(1.0 / scale)
+    return F32(n_in) / F32(n_out)
+
+
+def _source(n_in, n_out, align_corners, scale, cubic):
+    """ATen's area_pixel_compute_source_index for every output position."""
+    s = _scale(n_in, n_out, align_corners, scale)
+    dst = np.arange(n_out, dtype=F32)
+    if align_corners:
+        return s * dst
+    src = s * (dst + F32(0.5)) - F32(0.5)
+    return src if cubic else np.maximum(src, F32(0))
+
+
+def _nearest(n_in, n_out, scale, exact=False):
+    dst = np.arange(n_out, dtype=np.int64)
+    if not exact and n_out == n_in:
+        idx = dst
+    elif not exact and n_out == 2 * n_in:
+        idx = dst >> 1
+    else:
+        s = F32(1.0 / scale) if scale is not None and scale > 0 else F32(n_in) / F32(n_out)
+        pos = (dst.astype(F32) + F32(0.5)) * s if exact else dst.astype(F32) * s
+        idx = np.minimum(np.floor(pos).astype(np.int64), n_in - 1)
+    return idx[:, None], np.ones((n_out, 1), F32)
+
+
+def _linear(n_in, n_out, align_corners, scale):
+    if n_in == n_out:
+        return np.arange(n_out)[:, None], np.ones((n_out, 1), F32)
+    src = _source(n_in, n_out, align_corners, scale, cubic=False)
+    i0 = src.astype(np.int64)
+    i1 = i0 + (i0 < n_in - 1)
+    l1 = np.clip(src - i0.astype(F32), F32(0), F32(1))
+    return np.stack([i0, i1], 1), np.stack([F32(1) - l1, l1], 1)
+
+
+def _cubic(n_in, n_out, align_corners, scale, A=-0.75):
+    src = _source(n_in, n_out, align_corners, scale, cubic=True)
+    i = np.floor(src)
+    t = (src - i).astype(F32)
+
+    def conv1(x):  # |x| <= 1
+        return ((A + 2) * x - (A + 3)) * x * x + 1
+
+    def conv2(x):  # 1 < |x| < 2
+        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+
+    w = np.stack([conv2(t + 1), conv1(t), conv1(1 - t), conv2(2 - t)], 1).astype(F32)
+    idx = np.clip(i.astype(np.int64)[:, None] + np.arange(-1, 3), 0, n_in - 1)
+    return idx, w
+
+
+def _taps(mode, n_in, n_out, align_corners, scale):
+    if mode == "nearest":
+        return _nearest(n_in, n_out, scale)
+    if mode == "nearest-exact":
+        return _nearest(n_in, n_out, scale, exact=True)
+    if mode == "linear":
+        return _linear(n_in, n_out, align_corners, scale)
+    return _cubic(n_in, n_out, align_corners, scale)
+
+
+def _resample(x, mode, output_size, align_corners, scales):
+    """x (N, C, *spatial) -> (N, C, *output_size)."""
+    dt = x.dtype
+    m = acc_dtype(dt)
+    y = x.astype(m) if mode not in ("nearest", "nearest-exact") else x
+    nd = len(output_size)
+    for k, (n_out, scale) in enumerate(zip(output_size, scales)):
+        axis = y.ndim - nd + k
+        idx, w = _taps(mode, y.shape[axis], n_out, align_corners, scale)
+        if idx.shape[1] == 1:
+            y = jnp.take(y, jnp.asarray(idx[:, 0]), axis=axis)
+            continue
+        g = jnp.take(y, jnp.asarray(idx), axis=axis)  # (..., n_out, taps, ...)
+        shape = [1] * g.ndim
+        shape[axis], shape[axis + 1] = w.shape
+        y = jnp.sum(g * jnp.asarray(w, m).reshape(shape), axis=axis + 1)
+    return y.astype(dt)
+
+
+def _forward(mode, nd, align):
+    """Lowering of upsample_<mode><nd>d(self, output_size, [align_corners], *scales)."""
+
+    def lowering(ctx, self, output_size, *rest):
+        align_corners = rest[0] if align else False
+        scales = rest[1:] if align else rest
+        scales = (tuple(scales) + (None,) * nd)[:nd]
+        return _resample(self, mode, tuple(output_size), align_corners, scales)
+
+    return lowering
+
+
+def _backward(mode, nd, align):
+    """Lowering of the *_backward(grad_output, output_size, input_size, ...): the forward's VJP."""
+
+    def lowering(ctx, grad_output, output_size, input_size, *rest):
+        fwd = _forward(mode, nd, align)
+        zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
+        _, vjp = jax.vjp(lambda x: fwd(ctx, x, output_size, *rest), zeros)
+        (g,) = vjp(grad_output)
+        return g
+
+    return lowering
+
+
+UPSAMPLE = {
+    # aten name: (mode, spatial dims, takes align_corners)
+    "upsample_nearest1d": ("nearest", 1, False),
+    "upsample_nearest2d": ("nearest", 2, False),
+    "upsample_nearest3d": ("nearest", 3, False),
+    "_upsample_nearest_exact1d": ("nearest-exact", 1, False),
+    "_upsample_nearest_exact2d": ("nearest-exact", 2, False),
+    "_upsample_nearest_exact3d": ("nearest-exact", 3, False),
+    "upsample_linear1d": ("linear", 1, True),
+    "upsample_bilinear2d": ("linear", 2, True),
+    "upsample_trilinear3d": ("linear", 3, True),
+    "upsample_bicubic2d": ("cubic", 2, True),
+}
+
+for _name, (_mode, _nd, _align) in UPSAMPLE.items():
+    lower(getattr(aten, _name).default)(_forward(_mode, _nd, _align))
+    lower(getattr(aten, _name + "_backward").default)(_backward(_mode, _nd, _align))

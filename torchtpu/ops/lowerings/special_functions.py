@@ -1,0 +1,463 @@
+"""`torch.special.*` and friends: Bessel and Airy functions, orthogonal
+polynomials, incomplete gamma, Hurwitz zeta, scaled/log error functions.
+
+Where jax.scipy.special has the function (i0e, i1, i1e, ndtri, erfcx,
+log_ndtr, zeta, gammainc) it is used.  XLA has no Bessel J/Y/K or Airy
+primitive: those are composed from Chebyshev expansions of their smooth parts
+(small argument) and of the Hankel amplitudes (large argument); the
+coefficients are fitted by torchtpu/tools/special_fit.py.  The orthogonal
+polynomials run torch's own recurrences (and its trigonometric closed forms
+where torch switches to them) in a while-loop up to the largest degree.
+
+All math is done in torch's opmath type (float32 for 16-bit floats) and
+integer inputs promote to the default float dtype, as the CPU kernels do.
+"""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+from jax.scipy import special as jsp
+
+from ..registry import lower
+from . import _special_coeffs as C
+from .common import acc_dtype
+
+aten = torch.ops.aten
+
+
+def _float_dtype(ctx):
+    return ctx.out_dtype
+
+
+def _unary(fn):
+    def lowering(ctx, self):
+        dt = ctx.out_dtype
+        x = jnp.asarray(self).astype(acc_dtype(dt))
+        return fn(x).astype(dt)
+
+    return lowering
+
+
+def _cheb(coeffs, t):
+    """Clenshaw evaluation of sum c_k T_k(t)."""
+    dt = t.dtype
+    b1 = jnp.zeros_like(t)
+    b2 = jnp.zeros_like(t)
+    for c in coeffs[:0:-1]:
+        b1, b2 = 2 * t * b1 - b2 + jnp.asarray(c, dt), b1
+    return t * b1 - b2 + jnp.asarray(coeffs[0], dt)
+
+
+def _map(v, lo, hi):
+    """[lo, hi] -> [-1, 1]."""
+    return (2 * v - (lo + hi)) / (hi - lo)
+
+
+_TWO_OVER_PI = 2 / math.pi
+
+
+def _hankel(x, order):
+    """x > 8: (amplitude, P, Q, chi) of the Hankel form."""
+    safe = jnp.maximum(x, 8)
+    u = 64 / (safe * safe)
+    t = _map(u, 0.0, 1.0)
+    P = _cheb(C.P0 if order == 0 else C.P1, t)
+    Q = _cheb(C.Q0 if order == 0 else C.Q1, t) / safe
+    chi = safe - (math.pi / 4 if order == 0 else 3 * math.pi / 4)
+    amp = jnp.sqrt(_TWO_OVER_PI / safe)
+    return amp, P, Q, chi
+
+
+def bessel_j0(x):
+    ax = jnp.abs(x)
+    small = _cheb(C.J0_small, _map(jnp.minimum(ax, 8) ** 2, 0.0, 64.0))
+    amp, P, Q, chi = _hankel(ax, 0)
+    large = amp * (P * jnp.cos(chi) - Q * jnp.sin(chi))
+    r = jnp.where(ax <= 8, small, large)
+    return jnp.where(jnp.isinf(ax), 0, r)
+
+
+def bessel_j1(x):
+    ax = jnp.abs(x)
+    small = jnp.minimum(ax, 8) * _cheb(C.J1_small, _map(jnp.minimum(ax, 8) ** 2, 0.0, 64.0))
+    amp, P, Q, chi = _hankel(ax, 1)
+    large = amp * (P * jnp.cos(chi) - Q * jnp.sin(chi))
+    r = jnp.where(ax <= 8, small, large)
+    r = jnp.where(jnp.isinf(ax), 0, r)
+    return jnp.where(x < 0, -r, r)
+
+
+def bessel_y0(x):
+    xs = jnp.clip(x, 1e-30, 8)
+    small = _TWO_OVER_PI * jnp.log(xs) * bessel_j0(xs) + _cheb(C.Y0_small, _map(xs * xs, 0.0, 64.0))
+    amp, P, Q, chi = _hankel(x, 0)
+    large = amp * (P * jnp.sin(chi) + Q * jnp.cos(chi))
+    r = jnp.where(x <= 8, small, large)
+    r = jnp.where(x == 0, -jnp.inf, r)
+    r = jnp.where(jnp.isposinf(x), 0, r)
+    return jnp.where(x < 0, jnp.nan, r)
+
+
+def bessel_y1(x):
+    xs = jnp.clip(x, 1e-30, 8)
+    small = _TWO_OVER_PI * (jnp.log(xs) * bessel_j1(xs) - 1 / xs) + xs * _cheb(C.Y1_small, _map(xs * xs, 0.0, 64.0))
+    amp, P, Q, chi = _hankel(x, 1)
+    large = amp * (P * jnp.sin(chi) + Q * jnp.cos(chi))
+    r = jnp.where(x <= 8, small, large)
+    r = jnp.where(x == 0, -jnp.inf, r)
+    r = jnp.where(jnp.isposinf(x), 0, r)
+    return jnp.where(x < 0, jnp.nan, r)
+
+
+def _k_large(x, coeffs):
+    """exp(x) sqrt(x) K(x) for x > 2."""
+    safe = jnp.maximum(x, 2)
+    return _cheb(coeffs, _map(2 / safe, 0.0, 1.0))
+
+
+def bessel_k0e(x):
+    xs = jnp.clip(x, 1e-30, 2)
+    small = (_cheb(C.K0_small, _map(xs * xs, 0.0, 4.0)) - jnp.log(xs / 2) * jsp.i0(xs)) * jnp.exp(xs)
+    large = _k_large(x, C.K0_large) / jnp.sqrt(jnp.maximum(x, 2))
+    r = jnp.where(x <= 2, small, large)
+    r = jnp.where(x == 0, jnp.inf, r)
+    r = jnp.where(jnp.isposinf(x), 0, r)
+    return jnp.where(x < 0, jnp.nan, r)
+
+
+def bessel_k1e(x):
+    xs = jnp.clip(x, 1e-30, 2)
+    small = (jnp.log(xs / 2) * jsp.i1(xs) + 1 / xs + xs * _cheb(C.K1_small, _map(xs * xs, 0.0, 4.0))) * jnp.exp(xs)
+    large = _k_large(x, C.K1_large) / jnp.sqrt(jnp.maximum(x, 2))
+    r = jnp.where(x <= 2, small, large)
+    r = jnp.where(x == 0, jnp.inf, r)
+    r = jnp.where(jnp.isposinf(x), 0, r)
+    return jnp.where(x < 0, jnp.nan, r)
+
+
+def bessel_k0(x):
+    xs = jnp.clip(x, 1e-30, 2)
+    small = _cheb(C.K0_small, _map(xs * xs, 0.0, 4.0)) - jnp.log(xs / 2) * jsp.i0(xs)
+    big = jnp.maximum(x, 2)
+    large = jnp.exp(-big) * _k_large(x, C.K0_large) / jnp.sqrt(big)
+    r = jnp.where(x <= 2, small, large)
+    r = jnp.where(x == 0, jnp.inf, r)
+    return jnp.where(x < 0, jnp.nan, r)
+
+
+def bessel_k1(x):
+    xs = jnp.clip(x, 1e-30, 2)
+    small = jnp.log(xs / 2) * jsp.i1(xs) + 1 / xs + xs * _cheb(C.K1_small, _map(xs * xs, 0.0, 4.0))
+    big = jnp.maximum(x, 2)
+    large = jnp.exp(-big) * _k_large(x, C.K1_large) / jnp.sqrt(big)
+    r = jnp.where(x <= 2, small, large)
+    r = jnp.where(x == 0, jnp.inf, r)
+    return jnp.where(x < 0, jnp.nan, r)
+
+
+_AI_EDGE = 2.5
+_AI_Z0 = 2 / 3 * _AI_EDGE**1.5
+
+
+def airy_ai(x):
+    mid = _cheb(C.Ai_mid, _map(jnp.clip(x, -_AI_EDGE, _AI_EDGE), -_AI_EDGE, _AI_EDGE))
+    # x > edge: exp(-z) x^(-1/4) G(1/z) / (2 sqrt(pi))
+    xp = jnp.maximum(x, _AI_EDGE)
+    zp = 2 / 3 * xp * jnp.sqrt(xp)
+    pos = jnp.exp(-zp) * xp ** -0.25 * _cheb(C.Ai_pos, _map(1 / zp, 0.0, 1 / _AI_Z0)) / (2 * math.sqrt(math.pi))
+    # x < -edge: |x|^(-1/4) / sqrt(pi) (F sin(z + pi/4) - G cos(z + pi/4))
+    xn = jnp.maximum(-x, _AI_EDGE)
+    zn = 2 / 3 * xn * jnp.sqrt(xn)
+    w = _map(1 / zn, 0.0, 1 / _AI_Z0)
+    F = _cheb(C.Ai_negF, w)
+    G = _cheb(C.Ai_negG, w)
+    neg = xn ** -0.25 / math.sqrt(math.pi) * (F * jnp.sin(zn + math.pi / 4) - G * jnp.cos(zn + math.pi / 4))
+    r = jnp.where(x > _AI_EDGE, pos, jnp.where(x < -_AI_EDGE, neg, mid))
+    r = jnp.where(jnp.isposinf(x), 0, r)
+    return jnp.where(jnp.isneginf(x), 0, r)
+
+
+def spherical_bessel_j0(x):
+    small = jnp.abs(x) < 0.5
+    x2 = x * x
+    series = 1 + x2 * (-1 / 6 + x2 * (1 / 120 + x2 * (-1 / 5040 + x2 * (1 / 362880 + x2 * (-1 / 39916800)))))
+    safe = jnp.where(small, 1, x)
+    r = jnp.where(small, series, jnp.sin(safe) / safe)
+    return jnp.where(jnp.isinf(x), 0, r)
+
+
+UNARY = {
+    aten.special_bessel_j0: bessel_j0,
+    aten.special_bessel_j1: bessel_j1,
+    aten.special_bessel_y0: bessel_y0,
+    aten.special_bessel_y1: bessel_y1,
+    aten.special_modified_bessel_i0: jsp.i0,
+    aten.special_modified_bessel_i1: jsp.i1,
+    aten.special_modified_bessel_k0: bessel_k0,
+    aten.special_modified_bessel_k1: bessel_k1,
+    aten.special_scaled_modified_bessel_k0: bessel_k0e,
+    aten.special_scaled_modified_bessel_k1: bessel_k1e,
+    aten.special_airy_ai: airy_ai,
+    aten.special_spherical_bessel_j0: spherical_bessel_j0,
+    aten.special_i0e: jsp.i0e,
+    aten.special_i1: jsp.i1,
+    aten.special_i1e: jsp.i1e,
+    aten.special_ndtri: jsp.ndtri,
+    aten.special_ndtr: jsp.ndtr,
+    aten.special_log_ndtr: jsp.log_ndtr,
+    aten.special_erfcx: jsp.erfcx,
+    aten.special_entr: lambda x: jnp.where(
+        jnp.isnan(x), x, jnp.where(x > 0, -x * jnp.log(jnp.where(x > 0, x, 1)), jnp.where(x == 0, 0, -jnp.inf))
+    ),
+}
+
+for _op, _fn in UNARY.items():
+    lower(_op.default)(_unary(_fn))
+
+
+# ------------------------------------------------------------------ binary
+
+
+def _binary(fn):
+    def lowering(ctx, a, b):
+        dt = ctx.out_dtype
+        m = acc_dtype(dt)
+        return fn(jnp.asarray(a).astype(m), jnp.asarray(b).astype(m)).astype(dt)
+
+    return lowering
+
+
+def _zeta(x, q):
+    """Hurwitz zeta with torch's (Cephes') conventions."""
+    r = jsp.zeta(x, q)
+    r = jnp.where(x == 1, jnp.inf, r)
+    return jnp.where(x < 1, jnp.nan, r)
+
+
+def _xlog1py(x, y):
+    r = x * jnp.log1p(y)
+    r = jnp.where(x == 0, 0, r)
+    return jnp.where(jnp.isnan(y), jnp.nan, r)
+
+
+def _xlogy(x, y):
+    r = x * jnp.log(y)
+    r = jnp.where(x == 0, 0, r)
+    return jnp.where(jnp.isnan(y), jnp.nan, r)
+
+
+BINARY = {
+    aten.special_zeta: _zeta,
+    aten.special_xlog1py: _xlog1py,
+    aten.special_xlogy: _xlogy,
+    aten.igamma: jsp.gammainc,
+    aten.igammac: jsp.gammaincc,
+}
+
+for _op, _fn in BINARY.items():
+    for _name in _op.overloads():
+        if "out" not in _name:
+            lower(getattr(_op, _name))(_binary(_fn))
+
+
+@lower(aten.nextafter.default)
+def nextafter(ctx, self, other):
+    return jnp.nextafter(self, other.astype(self.dtype))
+
+
+@lower(aten.frexp.Tensor)
+def frexp(ctx, self):
+    if not jnp.issubdtype(self.dtype, jnp.floating):
+        raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+    m = acc_dtype(self.dtype)
+    mant, exp = jnp.frexp(self.astype(m))
+    return mant.astype(self.dtype), exp.astype(jnp.int32)
+
+
+@lower(aten.angle.default)
+def angle(ctx, self):
+    dt = ctx.out_dtype
+    if jnp.iscomplexobj(self):
+        return jnp.angle(self).astype(dt)
+    x = self.astype(acc_dtype(dt)) if jnp.issubdtype(self.dtype, jnp.floating) else self.astype(dt)
+    r = jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), jnp.zeros((), x.dtype))
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        r = jnp.where(jnp.isnan(x), x, r)
+    return r.astype(dt)
+
+
+@lower(aten.mvlgamma.default)
+def mvlgamma(ctx, self, p):
+    dt = ctx.out_dtype
+    x = self.astype(acc_dtype(dt))
+    ctx.check(jnp.all(x > (p - 1) / 2), f"All elements must be greater than (p-1)/2")
+    j = jnp.arange(p, dtype=x.dtype)
+    r = jnp.sum(lax.lgamma(x[..., None] - j / 2), axis=-1) + p * (p - 1) / 4 * math.log(math.pi)
+    return r.astype(dt)
+
+
+# ------------------------------------------------------------------ polynomials
+
+
+def _recurrence(x, n, init, step, first_k, stop):
+    """Run `q_{k+1} = step(k, x, p, q)` for each element until its own
+    degree: k from first_k while stop(k, n) holds; returns the last q.
+    (Degrees differ per element: a while-loop to the largest, masked.)"""
+    p0, q0 = init
+    n_max = jnp.max(jnp.where(n >= 0, n, 0)) if n.size else jnp.zeros((), n.dtype)
+
+    def cond(state):
+        k, _, _ = state
+        return stop(k, n_max)
+
+    def body(state):
+        k, p, q = state
+        r = step(k, x, p, q)
+        active = stop(k, n)
+        return k + 1, jnp.where(active, q, p), jnp.where(active, r, q)
+
+    k0 = jnp.asarray(first_k, jnp.int64)
+    _, _, q = lax.while_loop(cond, body, (k0, p0, q0))
+    return q
+
+
+def _degree(n):
+    """torch casts a floating degree to int64 (truncation)."""
+    return jnp.trunc(n).astype(jnp.int64) if jnp.issubdtype(n.dtype, jnp.floating) else n.astype(jnp.int64)
+
+
+def _chebyshev(kind):
+    def fn(x, n):
+        n = _degree(n)
+        x, n = jnp.broadcast_arrays(x, n)
+        one = jnp.ones_like(x)
+        two_x = x + x
+        if kind == "t":
+            first = x
+        elif kind == "u":
+            first = two_x
+        elif kind == "v":
+            first = two_x - 1
+        else:
+            first = two_x + 1
+        rec = _recurrence(x, n, (one, first), lambda k, x, p, q: (x + x) * q - p, 2, lambda k, n: k <= n)
+        r = jnp.where(n == 0, one, jnp.where(n == 1, first, rec))
+        ax = jnp.abs(x)
+        nf = n.astype(x.dtype)
+        even = n % 2 == 0
+        inside = ax < 1
+        acos_x = jnp.arccos(jnp.clip(x, -1, 1))
+        if kind == "t":
+            at_one = jnp.where((x > 0) | even, 1, -1).astype(x.dtype)
+            r = jnp.where((n > 6) & inside, jnp.cos(nf * acos_x), r)
+        elif kind == "u":
+            at_one = jnp.where((x > 0) | even, nf + 1, -(nf + 1))
+            s = jnp.sin(acos_x)
+            trig = jnp.sin((nf + 1) * acos_x) / jnp.where(s != 0, s, 1)
+            r = jnp.where((n > 8) & inside & (s != 0), trig, r)
+        elif kind == "v":
+            at_one = jnp.where(x > 0, 1, jnp.where(even, 2 * nf + 1, -(2 * nf + 1))).astype(x.dtype)
+            half = acos_x / 2
+            c = jnp.cos(half)
+            trig = jnp.cos((nf + 0.5) * acos_x) / jnp.where(c != 0, c, 1)
+            r = jnp.where((n > 8) & inside, trig, r)  # (cos(acos(x)/2) = 0 only at x = -1)
+        else:
+            at_one = jnp.where(x > 0, 2 * nf + 1, jnp.where(even, 1, -1)).astype(x.dtype)
+            half = acos_x / 2
+            s = jnp.sin(half)
+            trig = jnp.sin((nf + 0.5) * acos_x) / jnp.where(s != 0, s, 1)
+            r = jnp.where((n > 8) & inside, trig, r)  # (sin(acos(x)/2) = 0 only at x = 1)
+        r = jnp.where(ax == 1, at_one, r)
+        return jnp.where(n < 0, 0, r)
+
+    return fn
+
+
+def _shifted(fn):
+    return lambda x, n: fn(x + x - 1, n)
+
+
+def _hermite_h(x, n):
+    n = _degree(n)
+    x, n = jnp.broadcast_arrays(x, n)
+    one = jnp.ones_like(x)
+    # k runs 2, 4, ... < 2n: step index j = k/2 from 1 while j < n
+    rec = _recurrence(x, n, (one, x + x), lambda j, x, p, q: (x + x) * q - (2 * j).astype(x.dtype) * p, 1,
+                      lambda j, n: j < n)  # fmt: skip
+    r = jnp.where(n == 0, one, jnp.where(n == 1, x + x, rec))
+    return jnp.where(n < 0, 0, r)
+
+
+def _hermite_he(x, n):
+    n = _degree(n)
+    x, n = jnp.broadcast_arrays(x, n)
+    one = jnp.ones_like(x)
+    rec = _recurrence(x, n, (one, x), lambda k, x, p, q: x * q - k.astype(x.dtype) * p, 1, lambda k, n: k < n)
+    r = jnp.where(n == 0, one, jnp.where(n == 1, x, rec))
+    return jnp.where(n < 0, 0, r)
+
+
+def _laguerre_l(x, n):
+    n = _degree(n)
+    x, n = jnp.broadcast_arrays(x, n)
+    one = jnp.ones_like(x)
+
+    def step(k, x, p, q):
+        kf = k.astype(x.dtype)
+        return ((kf + kf + (1 - x)) * q - kf * p) / (kf + 1)
+
+    rec = _recurrence(x, n, (one, 1 - x), step, 1, lambda k, n: k < n)
+    r = jnp.where(n == 0, one, jnp.where(n == 1, 1 - x, rec))
+    r = jnp.where(x == 0, one, r)
+    return jnp.where(n < 0, 0, r)
+
+
+def _legendre_p(x, n):
+    n = _degree(n)
+    x, n = jnp.broadcast_arrays(x, n)
+    one = jnp.ones_like(x)
+
+    def step(k, x, p, q):
+        kf = k.astype(x.dtype)
+        return ((kf + kf + 1) * x * q - kf * p) / (kf + 1)
+
+    rec = _recurrence(x, n, (one, x), step, 1, lambda k, n: k < n)
+    r = jnp.where(n == 0, one, jnp.where(n == 1, x, rec))
+    r = jnp.where(jnp.abs(x) == 1, jnp.where((x > 0) | (n % 2 == 0), 1, -1).astype(x.dtype), r)
+    return jnp.where(n < 0, 0, r)
+
+
+POLYNOMIALS = {
+    aten.special_chebyshev_polynomial_t: _chebyshev("t"),
+    aten.special_chebyshev_polynomial_u: _chebyshev("u"),
+    aten.special_chebyshev_polynomial_v: _chebyshev("v"),
+    aten.special_chebyshev_polynomial_w: _chebyshev("w"),
+    aten.special_shifted_chebyshev_polynomial_t: _shifted(_chebyshev("t")),
+    aten.special_shifted_chebyshev_polynomial_u: _shifted(_chebyshev("u")),
+    aten.special_shifted_chebyshev_polynomial_v: _shifted(_chebyshev("v")),
+    aten.special_shifted_chebyshev_polynomial_w: _shifted(_chebyshev("w")),
+    aten.special_hermite_polynomial_h: _hermite_h,
+    aten.special_hermite_polynomial_he: _hermite_he,
+    aten.special_laguerre_polynomial_l: _laguerre_l,
+    aten.special_legendre_polynomial_p: _legendre_p,
+}
+
+
+def _polynomial(fn):
+    def lowering(ctx, x, n):
+        dt = ctx.out_dtype
+        m = acc_dtype(dt)
+        return fn(jnp.asarray(x).astype(m), jnp.asarray(n).astype(m)).astype(dt)
+
+    return lowering
+
+
+for _op, _fn in POLYNOMIALS.items():
+    for _name in _op.overloads():
+        if "out" not in _name:
+            lower(getattr(_op, _name))(_polynomial(_fn))
+
+del np
