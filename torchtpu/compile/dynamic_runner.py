@@ -13,7 +13,7 @@ import torch
 from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
-from ..ops.dispatch import Call
+from ..ops.dispatch import Call, static_key
 from ..runtime import boxes, checks, devices
 from ..runtime import compile_cache as cache
 from ..runtime.dtypes import to_jax
@@ -117,13 +117,8 @@ class DynamicCalls:
             elif isinstance(a, torch.Tensor):
                 key.append(call.tensor_key(a))
             else:
-                key.append(("int", shapes.size(meta)) if isinstance(meta, torch.SymInt) else (type(a), a))
-        if call.device is None:
-            call.device = _C._current_device()
-        key.append(call.device)
-        key = tuple(key)
-        self.stats.requests += 1
-        exe = self.executables.get(key)
+                key.append(("int", shapes.size(meta)) if isinstance(meta, torch.SymInt) else static_key(a))
+        key, exe = self._lookup(key, call)
         if exe is None:
             try:
                 exe = self._build_dynamic(args, call, key, shapes)
@@ -133,8 +128,6 @@ class DynamicCalls:
                 log.info("torchtpu.compile: %s is compiled per shape: %s", self.name, reason)
                 self.exact = True
                 return self._call_dynamic(args)
-        else:
-            self.stats.hits += 1
         flat = [call.entries[s][0] for s in exe.input_slots] + padded + list(call.dyn)
         flat += [np.int64(shapes.true[s]) for s in sorted(shapes.true, key=str)]
         if graph.random:

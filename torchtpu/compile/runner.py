@@ -19,7 +19,7 @@ import torch
 from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
-from ..ops.dispatch import Call
+from ..ops.dispatch import Call, static_key
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from ..runtime import compile_cache as cache
@@ -59,18 +59,23 @@ class CompiledGraph(DynamicCalls):
             if isinstance(a, torch.Tensor):
                 key.append(call.tensor_key(a))
             else:
-                key.append((type(a), a))
-        if call.device is None:
-            call.device = _C._current_device()
-        key.append(call.device)
-        key = tuple(key)
-        self.stats.requests += 1
-        exe = self.executables.get(key)
+                key.append(static_key(a))
+        key, exe = self._lookup(key, call)
         if exe is None:
             exe = self._build(args, call, key)
-        else:
-            self.stats.hits += 1
         return self._run(exe, args, call)
+
+    def _lookup(self, key, call):
+        """Completes an input-signature key with the device the call runs on
+        and looks it up: (key, the executable or None), counted in the stats."""
+        if call.device is None:
+            call.device = _C._current_device()
+        key = tuple(key) + (call.device,)
+        self.stats.requests += 1
+        exe = self.executables.get(key)
+        if exe is not None:
+            self.stats.hits += 1
+        return key, exe
 
     # ------------------------------------------------------------------ run
 

@@ -140,14 +140,14 @@ class Call:
                     parts.append(self.scalar_key(v, i in dynamic))
             elif kind is SCALAR:
                 if v is None or i in static:
-                    parts.append(_static_key(v))
+                    parts.append(static_key(v))
                 else:
                     parts.append(self.scalar_key(v, i in dynamic))
             elif kind is STATIC:
                 if type(v) is torch.device and v.type == "tpu" and self.requested is None:
                     # a factory's device= (there are no tensors to say where)
                     self.requested = v.index if v.index is not None else _C._current_device()
-                parts.append(_static_key(v))
+                parts.append(static_key(v))
             elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
                 parts.append(None if v is None else tuple(None if t is None else self.tensor_key(t) for t in v))
             elif kind is SCALAR_LIST:
@@ -166,7 +166,7 @@ class Call:
         return tuple(parts)
 
 
-def _static_key(v):
+def static_key(v):
     """A value the kernel is specialised on, typed: 3, 3.0 and True are equal
     in Python but give different kernels (arange(3) is int64, arange(3.0)
     float32), and -0.0 == 0.0 (hex tells them apart, and NaN from itself)."""
@@ -176,7 +176,7 @@ def _static_key(v):
     if t is int or t is bool:
         return (t, v)
     if t is list or t is tuple:
-        return tuple(_static_key(x) for x in v)
+        return tuple(static_key(x) for x in v)
     return v
 
 
