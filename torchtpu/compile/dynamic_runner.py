@@ -14,8 +14,7 @@ from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
 from ..ops.dispatch import Call, static_key
-from ..runtime import boxes, checks, devices
-from ..runtime import compile_cache as cache
+from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import to_jax
 from .dynamic import Shapes, Unpaddable
 
@@ -246,11 +245,20 @@ class DynamicCalls:
         example += list(call.dyn) + [np.int64(shapes.true[s]) for s in symbols]
         if graph.random:
             example += [0, 0, 0, 0]
-        lowered = jax.jit(fn, out_shardings=sharding, **self.options.jit_options()).lower(*example)
-        self.options.dump_hlo(self.name, len(self.executables), lowered)
-        hits_before = cache.persistent_hits()
-        exe.jitted = lowered.compile()
-        self.stats.persistent_hits += cache.persistent_hits() - hits_before
+        entry = executable_cache.Entry(
+            "dynamic graph", (graph.fingerprint(), key), example, devices.jax_device(call.device),
+            ("xla_opt_level", self.options.xla_opt_level),
+        ) if not self.options.dump_dir else None
+        found = entry.load() if entry is not None else None
+        if found is not None:
+            exe.jitted, (out_masks[:], table[:]) = found
+            self.stats.persistent_hits += 1
+        else:
+            lowered = jax.jit(fn, out_shardings=sharding, **self.options.jit_options()).lower(*example)
+            self.options.dump_hlo(self.name, len(self.executables), lowered)
+            exe.jitted = entry.compile(lowered) if entry is not None else lowered.compile()
+            if entry is not None:
+                entry.store(exe.jitted, (list(out_masks), list(table)))
         exe.checks = tuple(table) if table else None
         self.executables[key] = exe
         self.stats.compilations += 1

@@ -49,11 +49,20 @@ class GraphLowering:
         self.checks = []
         self.ops = []  # aten overloads, in order (for dumps and stats)
         self.mutated_placeholders = []  # indices of inputs the graph copy_s into
+        self._fingerprint = None
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 self._check(node)
             elif node.op in ("call_module", "call_method", "get_attr"):
                 raise Unlowerable(f"FX node kind {node.op} ({node.target})")
+
+    def fingerprint(self):
+        """What this graph computes, independent of the process: its code
+        and every node's metadata (lowerings read shapes, strides and dtypes
+        from it).  Keys compiled executables on disk."""
+        if self._fingerprint is None:
+            self._fingerprint = (self.gm.code, tuple(_describe(n.meta.get("val")) for n in self.gm.graph.nodes))
+        return self._fingerprint
 
     @property
     def symbolic(self) -> bool:
@@ -180,6 +189,18 @@ class GraphLowering:
         if isinstance(meta, torch.SymInt):
             return self.shapes.size(meta)
         return self._concrete(meta)
+
+
+def _describe(val):
+    """A node's metadata as plain values (tensors by their geometry)."""
+    if isinstance(val, torch.Tensor):
+        return ("tensor", _describe(tuple(val.shape)), _describe(tuple(val.stride())),
+                _describe(val.storage_offset()), val.dtype, val.device.type)
+    if isinstance(val, (tuple, list)):
+        return tuple(_describe(v) for v in val)
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("symbolic", type(val).__name__, str(val.node.expr))
+    return val
 
 
 def _has_symbols(meta) -> bool:

@@ -20,9 +20,8 @@ from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
 from ..ops.dispatch import Call, static_key
-from ..runtime import boxes, checks, devices
+from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import to_jax
-from ..runtime import compile_cache as cache
 from . import stats
 from .dynamic_runner import DynamicCalls
 
@@ -190,34 +189,50 @@ class CompiledGraph(DynamicCalls):
             slot = exe.input_slots[position]
             before = call.entries[slot][1]
             exe.donated.append((position, slot, before))
-        sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(call.device))
-        options = self.options.jit_options()
         example = self._example_flat(exe, call)
-        lowered = jax.jit(fn, out_shardings=sharding, **options).lower(*example)
-        out_avals = jax.tree_util.tree_leaves(lowered.out_info)
-        first_write = len(exe.fresh)
-        usable = []
-        for position, slot, before in exe.donated:
-            aval = out_avals[first_write + written_slots.index(slot)]
-            if (tuple(aval.shape), np.dtype(aval.dtype)) == before:
-                usable.append(position)
+        # From disk when another process compiled this graph for this
+        # signature (skips tracing and lowering); not when dumping HLO.
+        entry = executable_cache.Entry(
+            "graph", (self.graph.fingerprint(), key), example, devices.jax_device(call.device),
+            ("xla_opt_level", self.options.xla_opt_level),
+        ) if not self.options.dump_dir else None
+        found = entry.load() if entry is not None else None
+        if found is not None:
+            exe.jitted, (out_avals, usable, table[:]) = found
+            self.stats.persistent_hits += 1
+        else:
+            exe.jitted, out_avals, usable = self._compile(fn, exe, call, example, written_slots, entry)
+            if entry is not None:
+                entry.store(exe.jitted, (out_avals, usable, list(table)))
         exe.donated = frozenset(usable)
-        if usable:
-            lowered = jax.jit(fn, out_shardings=sharding, donate_argnums=tuple(usable), **options).lower(*example)
-        self.options.dump_hlo(self.name, len(self.executables), lowered)
-        hits_before = cache.persistent_hits()
-        exe.jitted = lowered.compile()
-        self.stats.persistent_hits += cache.persistent_hits() - hits_before
         exe.writes = [("fresh", k) for k in range(len(exe.fresh))] + [("slot", s) for s in written_slots]
         exe.writes += [("host", index) for index in exe.host_writes]
         exe.checks = tuple(table) if table else None
-        exe.sigs = [
-            boxes.signature(tuple(a.shape), np.dtype(a.dtype)) for a in jax.tree_util.tree_leaves(lowered.out_info)
-        ]
+        exe.sigs = [boxes.signature(shape, np.dtype(dtype)) for shape, dtype in out_avals]
         self.executables[key] = exe
         self.stats.compilations += 1
         self.stats.compile_seconds += time.perf_counter() - t0
         return exe
+
+    def _compile(self, fn, exe, call, example, written_slots, entry):
+        """Lower and compile `fn`, donating the inputs it overwrites with a
+        value of the same shape and dtype: (executable, output (shape,
+        dtype) pairs, donated positions)."""
+        sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(call.device))
+        options = self.options.jit_options()
+        lowered = jax.jit(fn, out_shardings=sharding, **options).lower(*example)
+        out_avals = [(tuple(a.shape), np.dtype(a.dtype).str) for a in jax.tree_util.tree_leaves(lowered.out_info)]
+        first_write = len(exe.fresh)
+        usable = []
+        for position, slot, before in exe.donated:
+            shape, dtype = out_avals[first_write + written_slots.index(slot)]
+            if (shape, np.dtype(dtype)) == before:
+                usable.append(position)
+        if usable:
+            lowered = jax.jit(fn, out_shardings=sharding, donate_argnums=tuple(usable), **options).lower(*example)
+        self.options.dump_hlo(self.name, len(self.executables), lowered)
+        compiled = entry.compile(lowered) if entry is not None else lowered.compile()
+        return compiled, out_avals, usable
 
     def _example_flat(self, exe, call):
         flat = [call.entries[s][0] for s in exe.input_slots] + list(call.dyn)

@@ -11,7 +11,7 @@ class GraphStats:
     requests: int = 0  # calls of the compiled graph
     hits: int = 0  # calls served by an executable already built in this process
     compilations: int = 0  # executables built (one per input signature)
-    persistent_hits: int = 0  # of those, loaded from JAX's on-disk cache
+    persistent_hits: int = 0  # of those, loaded from the on-disk cache
     compile_seconds: float = 0.0  # tracing + lowering + XLA compile (or cache load)
     fallback: str = ""  # why the graph runs op by op, if it does
     op_counts: dict = field(default_factory=dict)  # aten overload (str) -> occurrences in the graph

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import _C
-from ..runtime import boxes, checks, devices
+from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import to_jax
 from . import aten_checks, plans
 from .aten_checks import C10_NAMES as _C10_NAMES
@@ -252,6 +252,7 @@ class _Kernel:
         "sharding",  # where outputs live
         "checks",  # device-side check table when the last output is a check code
         "returns",  # how to assemble the op's return value
+        "key",  # the in-memory cache key (also keys the executable on disk)
     )
 
     def fastpath_spec(self):
@@ -294,9 +295,11 @@ class _Kernel:
         for (kind, ref), sig in zip(self.writes, self.sigs):
             if kind == "slot" and ref in self.input_slots and entries[ref][1] == sig:
                 donated.append(self.input_slots.index(ref))
-        self.donating = (
-            (jax.jit(self.fn, donate_argnums=tuple(donated), out_shardings=self.sharding), donated) if donated else None
-        )
+        if not donated:
+            self.donating = None
+            return
+        options = {"donate_argnums": tuple(donated), "out_shardings": self.sharding}
+        self.donating = (executable_cache.LazyExecutable(self.fn, self.key, options), donated)
 
 
 def run(op, args, kwargs):
@@ -318,7 +321,7 @@ def run_with_kernel(op, args, kwargs):
         key = call.key(sch, entry, values)
         kernel = _cache.get(key)
     if kernel is None:
-        kernel = _build(entry, values, call)
+        kernel = _build(entry, values, call, key)
         _cache[key] = kernel
         stats["compiles"] += 1
     stats["calls"] += 1
@@ -458,7 +461,7 @@ def _geometry(t):
     return tuple(t.shape), tuple(t.stride()), t.storage_offset()
 
 
-def _build(entry, values, call):
+def _build(entry, values, call, key):
     sch = entry.schema
     lowering = entry.lowering
     if lowering is None:
@@ -566,7 +569,14 @@ def _build(entry, values, call):
     # Outputs live on the call's device even when no input array says so
     # (factories, kernels reading only scalars).
     kernel.sharding = _sharding(call.device)
-    kernel.jitted = jax.jit(kernel_fn, out_shardings=kernel.sharding)
+    kernel.key = key
+    # Compiled at the first call, from disk when another process compiled
+    # this key before (the device-side check table is recorded while
+    # tracing, so it travels with the executable).
+    kernel.jitted = executable_cache.LazyExecutable(
+        kernel_fn, key, {"out_shardings": kernel.sharding},
+        aux=(lambda: kernel.checks, lambda checks: setattr(kernel, "checks", checks)),
+    )
     return kernel
 
 

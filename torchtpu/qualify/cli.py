@@ -218,13 +218,11 @@ def _run(args) -> int:
 
 
 def _cache_in_effect():
-    import jax
-
     from ..runtime import compile_cache
 
     if not compile_cache.enabled():
         return None
-    return jax.config.jax_compilation_cache_dir
+    return compile_cache.directory()
 
 
 def _notes(report):

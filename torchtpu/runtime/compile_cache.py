@@ -1,22 +1,29 @@
-"""JAX's persistent compilation cache, on by default.
+"""Where compiled executables persist across processes, on by default.
 
 TORCHTPU_COMPILE_CACHE_DIR moves it (default: ~/.cache/torchtpu/xla, or
 $XDG_CACHE_HOME/torchtpu/xla); TORCHTPU_COMPILE_CACHE=0 turns it off.  A
-second process compiling the same graph loads the executable from disk;
-`persistent_hits()` counts those loads (JAX's monitoring events)."""
+second process compiling the same eager kernel or graph loads the
+executable from disk (executable_cache.py); `persistent_hits()` counts those
+loads.
+
+JAX's own persistent cache is left off: our cache, keyed before tracing,
+covers what it would, and an executable JAX loaded from its cache cannot be
+serialized again on XLA:CPU (the copy lacks its kernels' object code).  If a
+user turns JAX's cache on anyway, `jax_cache_hits()` lets ours skip storing
+what JAX served."""
 
 import os
 import threading
 
 _lock = threading.Lock()
 _configured = False
-_hits = 0
+_jax_hits = 0
 
 
 def _on_event(event, **kwargs):
-    global _hits
+    global _jax_hits
     if event == "/jax/compilation_cache/cache_hits":
-        _hits += 1
+        _jax_hits += 1
 
 
 def directory():
@@ -32,27 +39,26 @@ def enabled() -> bool:
 
 
 def configure():
-    """Point JAX at the cache directory (once, before compiling)."""
+    """Listen for JAX cache hits (once, before compiling)."""
     global _configured
     if _configured:
         return
     with _lock:
         if _configured:
             return
-        import jax
         import jax.monitoring
 
         jax.monitoring.register_event_listener(_on_event)
-        if enabled():
-            path = directory()
-            os.makedirs(path, exist_ok=True)
-            jax.config.update("jax_compilation_cache_dir", path)
-            # Cache every executable: graph compiles are seconds, eager
-            # kernels tens of milliseconds each -- both worth keeping.
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         _configured = True
 
 
+def jax_cache_hits() -> int:
+    """Executables JAX loaded from its own persistent cache (if a user set one)."""
+    return _jax_hits
+
+
 def persistent_hits() -> int:
-    return _hits
+    """Executables loaded from our cache on disk so far."""
+    from . import executable_cache
+
+    return executable_cache.stats["hits"]

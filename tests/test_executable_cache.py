@@ -1,0 +1,101 @@
+"""The on-disk executable cache (runtime/executable_cache.py): a second
+process loads eager kernels from disk without tracing, gets the same
+results (device-side checks included), and keys never alias."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from torchtpu.runtime import executable_cache as ec
+
+_EAGER_SCRIPT = textwrap.dedent(
+    """
+    import torch, torchtpu
+    from torchtpu.runtime import executable_cache as ec
+    x = torch.arange(12.0, device="tpu").reshape(3, 4)
+    out = [(x.t() @ x).sum().item(), (x * 2.5).sum().item(), (x * -0.0).sum().item()]
+    out += [str(torch.arange(3, device="tpu").dtype), str(torch.arange(3.0, device="tpu").dtype)]
+    out += [torch.full((2,), -0.0, device="tpu").cpu().tolist()[0].hex()]
+    try:  # a kernel with a device-side check: the check table comes from disk too
+        loss = torch.nn.functional.nll_loss(torch.zeros(2, 3, device="tpu"), torch.tensor([0, 5], device="tpu"))
+        loss.item()
+        out.append("no error")
+    except IndexError as e:
+        out.append(str(e).split(" (")[0])
+    print("RESULT", out)
+    print("STATS", ec.stats["hits"], ec.stats["misses"])
+    """
+)
+
+
+def _run(cache_dir):
+    env = dict(os.environ, TORCHTPU_COMPILE_CACHE_DIR=str(cache_dir))
+    out = subprocess.run([sys.executable, "-c", _EAGER_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    result = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
+    stats = [ln for ln in out.stdout.splitlines() if ln.startswith("STATS")]
+    assert result and stats, out.stderr[-3000:]
+    hits, misses = (int(v) for v in stats[0].split()[1:])
+    return result[0], hits, misses
+
+
+def _expected():
+    x = torch.arange(12.0).reshape(3, 4)
+    return "RESULT " + str([
+        (x.t() @ x).sum().item(), (x * 2.5).sum().item(), (x * -0.0).sum().item(),
+        "torch.int64", "torch.float32", (-0.0).hex(), "Target 5 is out of bounds.",
+    ])
+
+
+def test_second_process_loads_eager_kernels_from_disk(tmp_path):
+    first, hits1, misses1 = _run(tmp_path / "cache")
+    second, hits2, misses2 = _run(tmp_path / "cache")
+    assert first == second == _expected()
+    assert hits1 == 0 and misses1 > 0
+    assert misses2 == 0 and hits2 == misses1  # every kernel of the second process came from disk
+
+
+def test_unreadable_entries_are_recompiled(tmp_path):
+    _run(tmp_path / "cache")
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "cache") for f in fs]
+    assert files
+    for path in files:
+        with open(path, "wb") as f:
+            f.write(b"not an executable")
+    result, hits, misses = _run(tmp_path / "cache")
+    assert result == _expected()
+    assert hits == 0 and misses > 0
+
+
+def _digest(key, args=(), extra=()):
+    return ec._digest("kernel", key, list(args), extra)
+
+
+def test_keys_are_typed_and_exact():
+    # Equal in Python, different kernels: each gets its own entry.
+    assert len({_digest((3,)), _digest((3.0,)), _digest((True,))}) == 3
+    assert _digest((0.0,)) != _digest((-0.0,))
+    assert _digest((torch.float32,)) != _digest((torch.float16,))
+    assert _digest((torch.ops.aten.add.Tensor,)) != _digest((torch.ops.aten.add.Scalar,))
+    # Argument types are part of the key: a weakly typed Python float is not an f32 array.
+    import numpy as np
+
+    assert _digest((), [1.0]) != _digest((), [np.float32(1.0)])
+    assert _digest((), [np.zeros((2, 3), np.float32)]) != _digest((), [np.zeros((3, 2), np.float32)])
+
+
+def test_objects_without_a_stable_encoding_are_not_cached():
+    class Opaque:
+        pass
+
+    with pytest.raises(ec._Unstable):
+        _digest((Opaque(),))
+    before = ec.stats["uncacheable"]
+    import jax
+
+    entry = ec.Entry("kernel", (Opaque(),), [], jax.devices()[0])
+    assert entry.path is None and entry.load() is None
+    assert ec.stats["uncacheable"] == before + 1
