@@ -114,6 +114,9 @@ struct State {
   py::object launch_blocking;  // None, or a callable(results) that waits
   py::object op_info;  // (name, overload) -> (kinds, static positions, fast)
   py::object slow_path;  // (name, overload, args, kwargs) -> (result, spec)
+  // slow_path under torch.compiler.disable, made once dynamo is imported
+  // (runtime/outside_dynamo.py says why).
+  py::object slow_path_outside_dynamo;
   std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> ops;
   std::unordered_map<Key, std::unique_ptr<Spec>, KeyHash> cache;
   int64_t hits = 0;
@@ -453,6 +456,22 @@ std::unique_ptr<Spec> spec_from_python(py::handle obj) {
   return spec;
 }
 
+// The Python dispatcher, outside dynamo's frame hook once dynamo is loaded:
+// a compiled function that graph-breaks runs its eager ops with the hook
+// set, and dynamo must not compile our kernels.
+py::object& python_slow_path() {
+  State* s = state();
+  if (!s->slow_path_outside_dynamo) {
+    PyObject* modules = PyImport_GetModuleDict();
+    if (PyDict_GetItemString(modules, "torch._dynamo") == nullptr) {
+      return s->slow_path;
+    }
+    s->slow_path_outside_dynamo =
+        py::module::import("torchtpu.runtime.outside_dynamo").attr("wrap")(s->slow_path);
+  }
+  return s->slow_path_outside_dynamo;
+}
+
 // Runs the op through the Python dispatcher; caches the kernel it used.
 void slow_path(
     const c10::OperatorHandle& op,
@@ -478,7 +497,7 @@ void slow_path(
     for (size_t i = 0; i < positional.size(); ++i) {
       args[i] = positional[i];
     }
-    result = state()->slow_path(schema.name(), schema.overload_name(), args, kwargs);
+    result = python_slow_path()(schema.name(), schema.overload_name(), args, kwargs);
   } catch (py::error_already_set& e) {
     e.restore();
     rethrow_python();

@@ -173,6 +173,27 @@ def test_multiple_outputs_and_dtypes():
         assert_close(a, b)
 
 
+def test_dtype_casts_and_autocast_compile_whole():
+    # `.float()` / `.to(dtype)` / autocast's casts are `_to_copy` nodes: the
+    # graph must be lowered whole, not run op by op.
+    def casts(x):
+        scores = (x.to(torch.bfloat16) * 2).float().softmax(-1)
+        return scores, x.to(torch.int32), (x > 0).to(torch.float16).sum(-1)
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+
+    def mixed(x):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            return model.to(x.device)(x).float().log_softmax(-1)
+
+    x = torch.randn(4, 8) * 3
+    for a, b in zip(torch.compile(casts, backend="tpu")(x.to("tpu")), casts(x)):
+        assert_close(a, b, **TOL)
+    assert_close(torch.compile(mixed, backend="tpu")(x.to("tpu")), mixed(x), rtol=2e-2, atol=2e-2)
+    stats = _graph_stats()
+    assert stats["graphs"] >= 2 and stats["eager_fallback_graphs"] == 0, stats["per_graph"]
+
+
 def test_dropout_follows_the_device_generator():
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).to("tpu")
     fn = torch.compile(model, backend="tpu")

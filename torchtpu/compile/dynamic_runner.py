@@ -79,13 +79,10 @@ def _bind_value(t, value):
     """Store `value` (t's logical value) as t's storage contents."""
     address, nbytes, sizes, strides, offset, _ = _C._tensor_info(t)
     order = plans.dense_order(sizes, strides, offset, t.element_size(), nbytes)
-    if order == sorted(order):
+    if order is not None and order == sorted(order):
         boxes.bind(address, value)
-    else:
-        from ..ops import dispatch, transfer
-
-        tmp = transfer.wrap(value, t.dtype, t.device.index)
-        dispatch.run(torch.ops.aten.copy_.default, (t, tmp, False), {})
+    else:  # another dim order, gaps or broadcast (stride 0) dims: through the write plan
+        boxes.bind(address, plans.write_view(None, nbytes, sizes, strides, offset, value))
 
 
 class DynamicCalls:

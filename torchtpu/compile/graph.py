@@ -78,6 +78,8 @@ class GraphLowering:
         for val in _flat_meta(_meta(node)):
             if not _is_tpu_or_scalar(val):
                 raise Unlowerable(f"{target} produces a tensor on {val.device}")
+        if target is aten._to_copy.default and _moves_device(node):
+            raise Unlowerable(f"{target} moves a tensor to another device")
         if target is aten.copy_.default:
             if node.args[0].op != "placeholder":
                 raise Unlowerable("copy_ into an intermediate")
@@ -189,6 +191,15 @@ class GraphLowering:
         if isinstance(meta, torch.SymInt):
             return self.shapes.size(meta)
         return self._concrete(meta)
+
+
+def _moves_device(node):
+    """A `_to_copy` onto another device (a CPU scalar becoming a device
+    scalar is a graph input like any other: not a move)."""
+    src, out = _meta(node.args[0]), _meta(node)
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return False
+    return src.device != out.device and not (src.device.type == "cpu" and src.dim() == 0)
 
 
 def _describe(val):

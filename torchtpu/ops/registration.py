@@ -20,7 +20,6 @@ from .. import _C
 from ..runtime import boxes
 from . import schema as schema_mod
 
-_aten_lib = torch.library.Library("aten", "IMPL")
 _lock = threading.RLock()
 _loaded = False
 
@@ -42,16 +41,6 @@ _KIND_CODES = {
     schema_mod.GENERATOR: 6,
     schema_mod.STATIC: 7,
 }
-
-
-def _lazy_transfer(name):
-    def kernel(*args, **kwargs):
-        ensure_loaded()
-        from . import transfer
-
-        return getattr(transfer, name)(*args, **kwargs)
-
-    return kernel
 
 
 _ops_by_name: dict = {}
@@ -88,6 +77,11 @@ def slow_path(name: str, overload: str, args, kwargs):
     from . import dispatch, fallback, special
 
     op = resolve(name, overload)
+    transfer_kernel = _TRANSFER_KERNELS.get(name.split("::")[1])
+    if transfer_kernel is not None:
+        from . import transfer
+
+        return getattr(transfer, transfer_kernel)(*args, **kwargs), None
     handler = special.handler_for(op, args, kwargs)
     if handler is not None:
         return handler(*args, **kwargs), None
@@ -146,5 +140,7 @@ def install():
     from ..runtime import checks
 
     _C._init_fastpath(boxes.boxes, boxes.move, op_info, slow_path, checks.pending, checks.maybe_fold)
-    for aten_name, fn_name in _TRANSFER_KERNELS.items():
-        _aten_lib.impl(aten_name, _lazy_transfer(fn_name), "PrivateUse1")
+    # The data-movement kernels go through the C++ entry point too (to
+    # slow_path, which loads transfer.py on first use), so they share its
+    # way out of dynamo (runtime/outside_dynamo.py).
+    _C._register_kernels(sorted(_TRANSFER_KERNELS))

@@ -30,7 +30,7 @@ import jax
 import numpy as np
 import torch
 
-from . import compile_cache
+from . import compile_cache, outside_dynamo
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -227,11 +227,13 @@ class LazyExecutable:
     def __call__(self, *args):
         compiled = self.compiled
         if compiled is None:
-            compiled = self._compile(args)
+            # (a first call can come from the C++ entry point, in the eager
+            # code of a compiled function that graph-broke)
+            compiled = outside_dynamo.call(self._compile, args)
         try:
             return compiled(*args)
         except TypeError:  # argument types the executable was not compiled for
-            return self.jitted()(*args)
+            return outside_dynamo.call(self.jitted(), *args)
 
     def jitted(self):
         if self._jitted is None:

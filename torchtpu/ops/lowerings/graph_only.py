@@ -6,8 +6,8 @@ metadata kernels and never reach a lowering.  In an AOTAutograd graph
 (functional) a view is just a function of its input's value; XLA turns
 these into free layout changes or fuses them into their consumers.
 
-Factories: eager runs `full_like` & co. as `empty` + `fill_`; graphs keep
-them whole."""
+Factories and conversions: eager runs `full_like` & co. as `empty` +
+`fill_`, and `_to_copy` as `empty` + `copy_`; graphs keep them whole."""
 
 import jax.numpy as jnp
 import torch
@@ -141,6 +141,16 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
 @lower_view(aten.view.dtype, aten.view_copy.dtype, aten.view_as_real, aten.view_as_complex)
 def view_dtype(ctx, x, *rest):
     return plans.bitcast_box(x, ctx.out_dtype).reshape(ctx.out_shape)
+
+
+# ------------------------------------------------------------ conversions
+
+
+@lower_view(aten._to_copy)
+def to_copy(ctx, x, *rest):
+    """`.to(dtype)`, `.float()`, autocast's casts (eager runs `_to_copy` as
+    empty + copy_).  A move to another device is not lowered (graph.py)."""
+    return jnp.asarray(x).astype(ctx.out_dtype)
 
 
 # ------------------------------------------------------------ factories

@@ -1,0 +1,36 @@
+"""Our Python code runs outside dynamo.
+
+A `torch.compile`d function that graph-breaks runs the eager code between
+its graphs with dynamo's frame hook still set, so every Python frame called
+from there -- including our kernels, which the C++ dispatcher calls with
+tensors in their locals -- is a candidate for dynamo to compile.  Dynamo
+would then trace our dispatcher and JAX's tracing under it (failing inside
+JAX).  The entry points the C++ side calls, and compilations started outside
+them, therefore run through `torch.compiler.disable` once dynamo is loaded
+(before that there is no hook to escape, and importing dynamo costs
+seconds)."""
+
+import sys
+
+_disabled: dict = {}
+
+
+def dynamo_loaded() -> bool:
+    return "torch._dynamo" in sys.modules
+
+
+def wrap(fn):
+    """`fn` with dynamo's frame hook off while it runs (recursively)."""
+    safe = _disabled.get(fn)
+    if safe is None:
+        import torch
+
+        safe = _disabled[fn] = torch.compiler.disable(fn, recursive=True)
+    return safe
+
+
+def call(fn, *args):
+    """fn(*args), outside dynamo if dynamo is loaded."""
+    if not dynamo_loaded():
+        return fn(*args)
+    return wrap(fn)(*args)
