@@ -99,3 +99,17 @@ def test_objects_without_a_stable_encoding_are_not_cached():
     entry = ec.Entry("kernel", (Opaque(),), [], jax.devices()[0])
     assert entry.path is None and entry.load() is None
     assert ec.stats["uncacheable"] == before + 1
+
+
+def test_lowerings_registered_outside_torchtpu_are_not_cached():
+    # The salt hashes torchtpu's own sources only: a kernel whose lowering
+    # lives elsewhere could change without its key changing.
+    from torchtpu.ops.lowerings import core
+
+    def external_lowering(ctx, x):
+        return x
+
+    assert ec.covers(core.copy)
+    assert not ec.covers(external_lowering)
+    with pytest.raises(ec._Unstable):
+        _digest((ec.UNCACHEABLE,))

@@ -14,7 +14,7 @@ from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
 from ..ops.dispatch import Call, static_key
-from ..runtime import boxes, checks, devices, executable_cache
+from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from .dynamic import Shapes, Unpaddable
 
@@ -242,10 +242,7 @@ class DynamicCalls:
         example += list(call.dyn) + [np.int64(shapes.true[s]) for s in symbols]
         if graph.random:
             example += [0, 0, 0, 0]
-        entry = executable_cache.Entry(
-            "dynamic graph", (graph.fingerprint(), key), example, devices.jax_device(call.device),
-            ("xla_opt_level", self.options.xla_opt_level),
-        ) if not self.options.dump_dir else None
+        entry = self.options.cache_entry("dynamic graph", graph, key, example, devices.jax_device(call.device))
         found = entry.load() if entry is not None else None
         if found is not None:
             exe.jitted, (out_masks[:], table[:]) = found

@@ -16,6 +16,7 @@ from torch.fx.node import map_arg
 from ..ops.context import LoweringContext
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
+from ..runtime import executable_cache
 from ..runtime.dtypes import to_jax
 from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS, MaskRules, Unpaddable
 
@@ -50,6 +51,7 @@ class GraphLowering:
         self.ops = []  # aten overloads, in order (for dumps and stats)
         self.mutated_placeholders = []  # indices of inputs the graph copy_s into
         self._fingerprint = None
+        self.external_lowerings = False  # registered outside torchtpu (not cached on disk)
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 self._check(node)
@@ -61,7 +63,8 @@ class GraphLowering:
         and every node's metadata (lowerings read shapes, strides and dtypes
         from it).  Keys compiled executables on disk."""
         if self._fingerprint is None:
-            self._fingerprint = (self.gm.code, tuple(_describe(n.meta.get("val")) for n in self.gm.graph.nodes))
+            code = self.gm.code if not self.external_lowerings else executable_cache.UNCACHEABLE
+            self._fingerprint = (code, tuple(_describe(n.meta.get("val")) for n in self.gm.graph.nodes))
         return self._fingerprint
 
     @property
@@ -93,6 +96,7 @@ class GraphLowering:
         if schema_of(target).mutated:
             raise Unlowerable(f"in-place {target} in a functional graph")
         self.random = self.random or lowering.random
+        self.external_lowerings = self.external_lowerings or not executable_cache.covers(lowering.fn)
         self.ops.append(target)
 
     def __call__(self, inputs, rng, precision, shapes=None, input_masks=None):

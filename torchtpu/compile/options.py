@@ -28,6 +28,19 @@ class Options:
             return {}
         return {"compiler_options": {"xla_backend_optimization_level": int(self.xla_opt_level)}}
 
+    def cache_entry(self, kind, graph, key, example, device):
+        """Where a graph's executable for this input signature persists
+        (executable_cache.Entry): keyed by the graph's code and metadata, the
+        signature, the argument types and the XLA level.  None while dumping
+        HLO, which needs the lowering a cache hit skips."""
+        from ..runtime import executable_cache
+
+        if self.dump_dir:
+            return None
+        return executable_cache.Entry(
+            kind, (graph.fingerprint(), key), example, device, ("xla_opt_level", self.xla_opt_level)
+        )
+
     def dump_graph(self, name, gm):
         if self.dump_dir:
             with open(os.path.join(self.dump_dir, f"{name}.fx.py"), "w") as f:

@@ -20,7 +20,7 @@ from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
 from ..ops.dispatch import Call, static_key
-from ..runtime import boxes, checks, devices, executable_cache
+from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from . import stats
 from .dynamic_runner import DynamicCalls
@@ -192,10 +192,7 @@ class CompiledGraph(DynamicCalls):
         example = self._example_flat(exe, call)
         # From disk when another process compiled this graph for this
         # signature (skips tracing and lowering); not when dumping HLO.
-        entry = executable_cache.Entry(
-            "graph", (self.graph.fingerprint(), key), example, devices.jax_device(call.device),
-            ("xla_opt_level", self.options.xla_opt_level),
-        ) if not self.options.dump_dir else None
+        entry = self.options.cache_entry("graph", self.graph, key, example, devices.jax_device(call.device))
         found = entry.load() if entry is not None else None
         if found is not None:
             exe.jitted, (out_avals, usable, table[:]) = found

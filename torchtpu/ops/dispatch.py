@@ -252,7 +252,7 @@ class _Kernel:
         "sharding",  # where outputs live
         "checks",  # device-side check table when the last output is a check code
         "returns",  # how to assemble the op's return value
-        "key",  # the in-memory cache key (also keys the executable on disk)
+        "key",  # keys the executable on disk (the in-memory key, or UNCACHEABLE)
     )
 
     def fastpath_spec(self):
@@ -569,12 +569,12 @@ def _build(entry, values, call, key):
     # Outputs live on the call's device even when no input array says so
     # (factories, kernels reading only scalars).
     kernel.sharding = _sharding(call.device)
-    kernel.key = key
     # Compiled at the first call, from disk when another process compiled
     # this key before (the device-side check table is recorded while
     # tracing, so it travels with the executable).
+    kernel.key = key if executable_cache.covers(lowering.fn) else (executable_cache.UNCACHEABLE,)
     kernel.jitted = executable_cache.LazyExecutable(
-        kernel_fn, key, {"out_shardings": kernel.sharding},
+        kernel_fn, kernel.key, {"out_shardings": kernel.sharding},
         aux=(lambda: kernel.checks, lambda checks: setattr(kernel, "checks", checks)),
     )
     return kernel

@@ -47,6 +47,19 @@ class _Unstable(Exception):
     """A key part with no process-independent encoding."""
 
 
+class _Uncacheable:
+    """A key part that keeps its entry off the disk (has no encoding)."""
+
+
+UNCACHEABLE = _Uncacheable()
+
+
+def covers(fn) -> bool:
+    """Whether the salt covers `fn`'s source: lowerings registered from
+    outside torchtpu make their kernels' keys UNCACHEABLE."""
+    return (getattr(fn, "__module__", None) or "").startswith("torchtpu.")
+
+
 def _encode(value, out):
     """Appends a process-independent encoding of `value` to `out` (a list
     of strings), or raises _Unstable."""

@@ -12,7 +12,7 @@ seconds)."""
 
 import sys
 
-_disabled: dict = {}
+_trampoline = None
 
 
 def dynamo_loaded() -> bool:
@@ -21,16 +21,20 @@ def dynamo_loaded() -> bool:
 
 def wrap(fn):
     """`fn` with dynamo's frame hook off while it runs (recursively)."""
-    safe = _disabled.get(fn)
-    if safe is None:
-        import torch
+    import torch
 
-        safe = _disabled[fn] = torch.compiler.disable(fn, recursive=True)
-    return safe
+    return torch.compiler.disable(fn, recursive=True)
+
+
+def _call_through(fn, *args):
+    return fn(*args)
 
 
 def call(fn, *args):
     """fn(*args), outside dynamo if dynamo is loaded."""
+    global _trampoline
     if not dynamo_loaded():
         return fn(*args)
-    return wrap(fn)(*args)
+    if _trampoline is None:
+        _trampoline = wrap(_call_through)
+    return _trampoline(fn, *args)
