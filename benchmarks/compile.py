@@ -259,8 +259,9 @@ def main():
         for mode in MODES:
             with tempfile.TemporaryDirectory() as cache:
                 env = dict(os.environ, TORCHTPU_COMPILE_CACHE_DIR=os.path.join(cache, "xla"),
-                           TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
-                           JAX_COMPILATION_CACHE_DIR=os.path.join(cache, "jax"))
+                           TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
+                if mode == "jax":  # (torchtpu keeps JAX's own cache off: runtime/compile_cache.py)
+                    env["JAX_COMPILATION_CACHE_DIR"] = os.path.join(cache, "jax")
                 cold = _spawn(model_name, mode, args.steps, env)
                 warm = _spawn(model_name, mode, 3, env) if mode in ("tpu_compiled", "jax", "inductor") else None
             rows[mode] = (cold, warm)
