@@ -20,6 +20,7 @@ from . import (  # noqa: F401
     linalg_decomp,
     losses,
     normalization,
+    optimizers,
     pooling,
     random,
     reductions,
