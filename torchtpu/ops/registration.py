@@ -77,7 +77,7 @@ def slow_path(name: str, overload: str, args, kwargs):
     from . import dispatch, fallback, special
 
     op = resolve(name, overload)
-    transfer_kernel = _TRANSFER_KERNELS.get(name.split("::")[1])
+    transfer_kernel = _TRANSFER_KERNELS.get(name[len("aten::"):]) if name.startswith("aten::") else None
     if transfer_kernel is not None:
         from . import transfer
 
