@@ -113,3 +113,23 @@ def test_lowerings_registered_outside_torchtpu_are_not_cached():
     assert not ec.covers(external_lowering)
     with pytest.raises(ec._Unstable):
         _digest((ec.UNCACHEABLE,))
+
+
+def test_linear_algebra_loaded_from_disk_runs(tmp_path):
+    # jaxlib sets LAPACK up while lowering a linalg op; a process that loads
+    # the executable instead must set it up itself (this segfaulted).
+    script = textwrap.dedent(
+        """
+        import torch, torchtpu
+        a = torch.randn(5, 5, generator=torch.Generator().manual_seed(0))
+        a = a @ a.T + 5 * torch.eye(5)
+        out = torch.linalg.cholesky(a.to("tpu")).cpu()
+        print("ERR", (out - torch.linalg.cholesky(a)).abs().max().item())
+        """
+    )
+    env = dict(os.environ, TORCHTPU_COMPILE_CACHE_DIR=str(tmp_path / "cache"))
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
+        err = [float(ln.split()[1]) for ln in out.stdout.splitlines() if ln.startswith("ERR")]
+        assert err and err[0] < 1e-5

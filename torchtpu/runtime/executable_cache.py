@@ -150,11 +150,31 @@ def _path(digest):
     return os.path.join(compile_cache.directory(), "torchtpu-executables", digest[:2], digest)
 
 
+_runtime_ready = False
+
+
+def _prepare_runtime():
+    """Some jaxlib kernels are set up while an op is *lowered*: LAPACK's
+    function table (linear algebra on the CPU), the GPU hybrid eigensolver.
+    An executable loaded from disk skips lowering and would call them
+    uninitialised -- a segfault.  Lowering (not compiling) a tiny function
+    that uses them sets them up, once per process."""
+    global _runtime_ready
+    if not _runtime_ready:
+        import jax.numpy as jnp
+
+        matrix = jax.ShapeDtypeStruct((2, 2), jnp.float32)
+        jax.jit(lambda m: (jnp.linalg.cholesky(m), jax.lax.linalg.eig(m))).lower(matrix)
+        _runtime_ready = True
+
+
 def _read(path, device):
     try:
         with open(path, "rb") as f:
             payload, in_tree, out_tree, aux = pickle.load(f)
         from jax.experimental.serialize_executable import deserialize_and_load
+
+        _prepare_runtime()
 
         return deserialize_and_load(payload, in_tree, out_tree, execution_devices=[device]), aux
     except FileNotFoundError:
