@@ -133,3 +133,25 @@ def test_linear_algebra_loaded_from_disk_runs(tmp_path):
         assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
         err = [float(ln.split()[1]) for ln in out.stdout.splitlines() if ln.startswith("ERR")]
         assert err and err[0] < 1e-5
+
+
+def test_in_place_op_compiles_only_its_donating_executable():
+    """An in-place op donates the box's buffer from its first call (Python
+    path) on, so its later calls (C++ path) compile nothing new; the plain
+    executable is built only once a buffer is shared."""
+    from torchtpu.ops import dispatch
+    from torchtpu.runtime import boxes
+
+    x = torch.ones(771, device="tpu")
+    for _ in range(3):
+        x.add_(1)
+    (kernel,) = [k for key, k in dispatch._cache.items()
+                 if key[0] is torch.ops.aten.add_.Tensor and key[1][0] == (771,)]
+    donating, _ = kernel.donating
+    assert donating.compiled is not None and kernel.jitted.compiled is None
+
+    held = boxes.boxes[x.data_ptr()][0]  # a second holder of the buffer
+    x.add_(1)
+    assert not held.is_deleted() and held[0] == 4
+    assert kernel.jitted.compiled is not None
+    assert x.cpu().tolist() == [5.0] * 771

@@ -11,6 +11,8 @@ reads every tensor through its view plan, calls the lowering and writes the
 results through write plans, all inside one `jax.jit`.
 """
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -247,8 +249,7 @@ class _Kernel:
         "resized",  # [(arg position, sizes, strides)] out= args to resize first
         "writes",  # [("fresh", k) | ("slot", slot) | ("resized", position)] per kernel output
         "sigs",  # box signature per kernel output (filled on first run)
-        "fn",  # the traced function (for the donating variant)
-        "donating",  # (jitted variant donating written inputs, flat positions) or None
+        "donating",  # (executable donating written inputs, flat positions) or None
         "sharding",  # where outputs live
         "checks",  # device-side check table when the last output is a check code
         "returns",  # how to assemble the op's return value
@@ -287,19 +288,19 @@ class _Kernel:
             self.checks,
         )
 
-    def _plan_donation(self, entries):
-        """In-place writes can reuse the old box's buffer when the new value
-        has the same shape and dtype (the C++ entry point donates it only if
-        the box is the array's sole holder)."""
-        donated = []
-        for (kind, ref), sig in zip(self.writes, self.sigs):
-            if kind == "slot" and ref in self.input_slots and entries[ref][1] == sig:
-                donated.append(self.input_slots.index(ref))
-        if not donated:
-            self.donating = None
+    def _check_donation(self, entries):
+        """After the first run: donation reuses a buffer only when the new
+        value has the box's shape and dtype.  In-place writes keep both;
+        if a kernel ever does not, it stops donating (XLA would warn on
+        every compile that the donated buffer was unusable)."""
+        if self.donating is None:
             return
-        options = {"donate_argnums": tuple(donated), "out_shardings": self.sharding}
-        self.donating = (executable_cache.LazyExecutable(self.fn, self.key, options), donated)
+        sig_of = dict(zip(self.writes, self.sigs))
+        for position in self.donating[1]:
+            slot = self.input_slots[position]
+            if sig_of.get(("slot", slot)) != entries[slot][1]:
+                self.donating = None
+                return
 
 
 def run(op, args, kwargs):
@@ -345,7 +346,7 @@ def _execute(kernel, sch, values, call):
         seed, offset = _next_rng(call.generator, call.device, 1)
         flat.extend((seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF))
     try:
-        results = kernel.jitted(*flat)
+        results = _executable_for(kernel, flat)(*flat)
     except TypeError as e:  # JAX refused an operand while tracing the lowering
         raise _not_implemented_for(sch, values, e) from e
     if kernel.checks is not None:
@@ -355,7 +356,7 @@ def _execute(kernel, sch, values, call):
         wait_for(results)
     if kernel.sigs is None:
         kernel.sigs = [None if r is None else boxes.signature(tuple(r.shape), np.dtype(r.dtype)) for r in results]
-        kernel._plan_donation(entries)
+        kernel._check_donation(entries)
     addresses = call.addresses
     bind = _boxes.__setitem__
     for (kind, ref), result, sig in zip(kernel.writes, results, kernel.sigs):
@@ -370,6 +371,17 @@ def _execute(kernel, sch, values, call):
         if address:
             bind(address, (result, sig))
     return _assemble(kernel.returns, values, fresh)
+
+
+def _executable_for(kernel, flat):
+    """The donating executable when every donated buffer's only holders
+    are its box entry and `flat` (the rule csrc/fastpath.cpp applies),
+    else the plain one.  (getrefcount counts its own argument too.)"""
+    if kernel.donating is not None:
+        executable, positions = kernel.donating
+        if all(sys.getrefcount(flat[p]) == 3 for p in positions):
+            return executable
+    return kernel.jitted
 
 
 def _assemble(returns, values, fresh):
@@ -564,8 +576,6 @@ def _build(entry, values, call, key):
     kernel.checks = None
     kernel.writes = [t[:2] for t in write_targets if t is not None and t[0] != "slot"]
     kernel.writes += [("slot", s) for s in written_slots]
-    kernel.fn = kernel_fn
-    kernel.donating = None
     # Outputs live on the call's device even when no input array says so
     # (factories, kernels reading only scalars).
     kernel.sharding = _sharding(call.device)
@@ -573,10 +583,18 @@ def _build(entry, values, call, key):
     # this key before (the device-side check table is recorded while
     # tracing, so it travels with the executable).
     kernel.key = key if executable_cache.covers(lowering.fn) else (executable_cache.UNCACHEABLE,)
-    kernel.jitted = executable_cache.LazyExecutable(
-        kernel_fn, kernel.key, {"out_shardings": kernel.sharding},
-        aux=(lambda: kernel.checks, lambda checks: setattr(kernel, "checks", checks)),
-    )
+    aux = (lambda: kernel.checks, lambda checks: setattr(kernel, "checks", checks))
+    options = {"out_shardings": kernel.sharding}
+    kernel.jitted = executable_cache.LazyExecutable(kernel_fn, kernel.key, options, aux=aux)
+    # In-place writes donate the written inputs' old buffers (XLA updates
+    # them in place) when the box is their only holder.  Both variants
+    # compile lazily, so a kernel whose buffers are never shared compiles
+    # one executable, from its first call on.
+    donated = [input_slots.index(s) for s in written_slots if s in input_slots]
+    kernel.donating = None
+    if donated:
+        options = dict(options, donate_argnums=tuple(donated))
+        kernel.donating = (executable_cache.LazyExecutable(kernel_fn, kernel.key, options, aux=aux), donated)
     return kernel
 
 
