@@ -217,7 +217,15 @@ class CompiledGraph(DynamicCalls):
         dtype) pairs, donated positions)."""
         sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(call.device))
         options = self.options.jit_options()
-        lowered = jax.jit(fn, out_shardings=sharding, **options).lower(*example)
+
+        def lower(donated):
+            return jax.jit(fn, out_shardings=sharding, donate_argnums=tuple(donated), **options).lower(*example)
+
+        # Lowered once, donating every overwritten input; again without the
+        # ones whose new value turned out to change shape or dtype (a whole
+        # storage rewritten through a reshaped view).
+        candidates = [position for position, _, _ in exe.donated]
+        lowered = lower(candidates)
         out_avals = [(tuple(a.shape), np.dtype(a.dtype).str) for a in jax.tree_util.tree_leaves(lowered.out_info)]
         first_write = len(exe.fresh)
         usable = []
@@ -225,8 +233,8 @@ class CompiledGraph(DynamicCalls):
             shape, dtype = out_avals[first_write + written_slots.index(slot)]
             if (shape, np.dtype(dtype)) == before:
                 usable.append(position)
-        if usable:
-            lowered = jax.jit(fn, out_shardings=sharding, donate_argnums=tuple(usable), **options).lower(*example)
+        if usable != candidates:
+            lowered = lower(usable)
         self.options.dump_hlo(self.name, len(self.executables), lowered)
         compiled = entry.compile(lowered) if entry is not None else lowered.compile()
         return compiled, out_avals, usable
