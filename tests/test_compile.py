@@ -194,6 +194,35 @@ def test_dtype_casts_and_autocast_compile_whole():
     assert stats["graphs"] >= 2 and stats["eager_fallback_graphs"] == 0, stats["per_graph"]
 
 
+def test_tensor_literals_and_assertions_compile_whole():
+    # A tensor literal in forward() is a graph constant (get_attr +
+    # lift_fresh_copy); one_hot's decomposition asserts its range with
+    # _assert_async, a device-side check like CUDA's.
+    def literal(x, scale):
+        t = torch.tensor([0, 2, 1, 1, 0], device=x.device)
+        return F.cross_entropy(x, t, label_smoothing=0.1) * scale + torch.tensor([1.5, -2.0], device=x.device).sum()
+
+    def one_hot(x, idx):
+        return x + F.one_hot(idx, 4).float()
+
+    x = torch.randn(5, 3)
+    fn = torch.compile(literal, backend="tpu")
+    assert_close(fn(x.to("tpu"), 2.0), literal(x, 2.0), **TOL)
+    # same code, other literal values: the constants are part of the graph's identity
+    def literal2(x, scale):
+        t = torch.tensor([2, 2, 0, 1, 1], device=x.device)
+        return F.cross_entropy(x, t, label_smoothing=0.1) * scale + torch.tensor([0.5, 4.0], device=x.device).sum()
+
+    assert_close(torch.compile(literal2, backend="tpu")(x.to("tpu"), 2.0), literal2(x, 2.0), **TOL)
+    y, idx = torch.randn(3, 4), torch.tensor([0, 3, 1])
+    g = torch.compile(one_hot, backend="tpu")
+    assert_close(g(y.to("tpu"), idx.to("tpu")), one_hot(y, idx), **TOL)
+    stats = _graph_stats()
+    assert stats["graphs"] >= 3 and stats["eager_fallback_graphs"] == 0, stats["per_graph"]
+    with pytest.raises(RuntimeError, match="Class values must be smaller than num_classes"):
+        g(y.to("tpu"), torch.tensor([0, 4, 1], device="tpu")).cpu()
+
+
 def test_dropout_follows_the_device_generator():
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).to("tpu")
     fn = torch.compile(model, backend="tpu")

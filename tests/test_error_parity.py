@@ -19,6 +19,10 @@ CASES = {
     "cat zero-dim": lambda d: torch.cat([torch.tensor(1.0, device=d), torch.tensor(2.0, device=d)]),
     "int add with float alpha": lambda d: torch.add(torch.ones(3, dtype=torch.int64, device=d), 2, alpha=1.5),
     "bool alpha on ints": lambda d: torch.add(torch.ones(3, dtype=torch.int64, device=d), 1, alpha=True),
+    # a device-side assertion on tpu (as on CUDA): raised at the next sync
+    "assert_async zero": lambda d: _synced(d, lambda: torch._assert_async(torch.tensor(0.0, device=d))),
+    "assert_async msg": lambda d: _synced(d, lambda: torch._assert_async(torch.tensor(False, device=d), "no")),
+    "assert_async two values": lambda d: torch._assert_async(torch.ones(2, device=d)),
 }  # fmt: skip
 
 # the same shapes of call that are fine
@@ -30,11 +34,17 @@ VALID = {
     "float add_ double": lambda d: torch.ones(3, device=d).add_(torch.ones(3, dtype=torch.float64, device=d)),
     "bool add int alpha": lambda d: torch.add(torch.ones(3, dtype=torch.bool, device=d), True, alpha=2),
     "int floor div_": lambda d: torch.arange(6, device=d).div_(4, rounding_mode="floor"),
+    "assert_async nan": lambda d: _synced(d, lambda: torch._assert_async(torch.tensor(float("nan"), device=d), "x")),
 }  # fmt: skip
 
 
 def _arange(device):
     return torch.arange(8.0, device=device)
+
+
+def _synced(device, fn):
+    fn()
+    return torch.ones(1, device=device).cpu()
 
 
 def _shared(device, fn):

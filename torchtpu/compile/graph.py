@@ -7,12 +7,15 @@ graph inputs as JAX values; it returns the graph outputs and the new values
 of graph inputs the graph mutates (`copy_` into a placeholder: BatchNorm
 running stats, an optimizer step under compile)."""
 
+import hashlib
 import operator
 
 import jax.numpy as jnp
+import numpy as np
 import torch
 from torch.fx.node import map_arg
 
+from ..ops import transfer
 from ..ops.context import LoweringContext
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
@@ -52,10 +55,13 @@ class GraphLowering:
         self.mutated_placeholders = []  # indices of inputs the graph copy_s into
         self._fingerprint = None
         self.external_lowerings = False  # registered outside torchtpu (not cached on disk)
+        self.constants = {}  # get_attr node -> host array (a tensor literal in the model's code)
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 self._check(node)
-            elif node.op in ("call_module", "call_method", "get_attr"):
+            elif node.op == "get_attr":
+                self.constants[node] = _constant(gm, node.target)
+            elif node.op in ("call_module", "call_method"):
                 raise Unlowerable(f"FX node kind {node.op} ({node.target})")
 
     def fingerprint(self):
@@ -64,7 +70,9 @@ class GraphLowering:
         from it).  Keys compiled executables on disk."""
         if self._fingerprint is None:
             code = self.gm.code if not self.external_lowerings else executable_cache.UNCACHEABLE
-            self._fingerprint = (code, tuple(_describe(n.meta.get("val")) for n in self.gm.graph.nodes))
+            constants = tuple((str(a.dtype), a.shape, hashlib.sha256(a.tobytes()).hexdigest())
+                              for a in self.constants.values())
+            self._fingerprint = (code, tuple(_describe(n.meta.get("val")) for n in self.gm.graph.nodes), constants)
         return self._fingerprint
 
     @property
@@ -114,6 +122,8 @@ class GraphLowering:
             if masks is not None:
                 masks[node] = input_masks[i]
         self.masks = masks
+        for node, value in self.constants.items():
+            env[node] = jnp.asarray(value)  # (embedded in the executable)
         mutations = {}
         for index, node in enumerate(self.gm.graph.nodes):
             if node.op != "call_function":
@@ -197,6 +207,22 @@ class GraphLowering:
         return self._concrete(meta)
 
 
+def _constant(gm, target):
+    """A tensor constant the graph reads (`get_attr`), as a host array."""
+    value = gm
+    for name in target.split("."):
+        value = getattr(value, name)
+    if not isinstance(value, torch.Tensor):
+        raise Unlowerable(f"FX get_attr of a {type(value).__name__} ({target})")
+    # (read without dispatching: the backend runs under AOTAutograd's fake mode)
+    if value.device.type == "tpu":
+        return np.asarray(transfer.materialize(value))
+    try:
+        return value.numpy().copy()
+    except (TypeError, RuntimeError) as e:  # a dtype numpy lacks (bfloat16)
+        raise Unlowerable(f"constant {target} on {value.device}: {e}") from e
+
+
 def _moves_device(node):
     """A `_to_copy` onto another device (a CPU scalar becoming a device
     scalar is a graph input like any other: not a move)."""
@@ -242,7 +268,7 @@ def _conform(result, meta, op):
         out = [_conform_one(r, m, op) for r, m in zip(flat, meta)]
         return type(meta)(out) if isinstance(meta, tuple) else out
     if isinstance(result, (tuple, list)):
-        result = result[0]
+        result = result[0] if result else None  # (an op returning nothing: an assertion)
     return _conform_one(result, meta, op)
 
 

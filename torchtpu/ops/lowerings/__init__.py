@@ -4,6 +4,7 @@ fills torchtpu.ops.registry.LOWERINGS (and special.HANDLERS)."""
 from . import (  # noqa: F401
     activations,
     amp,
+    assertions,
     complex_ops,
     conv,
     core,

@@ -24,7 +24,7 @@ def _dim(d, ndim):
     return d % n
 
 
-@lower_view(aten.alias, aten.detach, aten.lift_fresh, aten.alias_copy, aten.detach_copy)
+@lower_view(aten.alias, aten.detach, aten.lift_fresh, aten.lift_fresh_copy, aten.alias_copy, aten.detach_copy)
 def identity(ctx, x, *rest):
     return x
 
