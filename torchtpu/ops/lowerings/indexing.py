@@ -377,8 +377,13 @@ def put(ctx, self, index, source, accumulate=False):
     idx = jnp.where(idx < 0, idx + flat.shape[0], idx)
     vals = source.reshape(-1).astype(flat.dtype)
     at = flat.at[idx]
-    out = at.add(vals, mode="drop") if accumulate else at.set(vals, mode="drop")
+    out = _accumulate(at, vals) if accumulate else at.set(vals, mode="drop")
     return out.reshape(self.shape)
+
+
+def _accumulate(at, values):
+    """`at.add` -- for bool a logical or, as ATen's accumulating bool add."""
+    return at.max(values, mode="drop") if values.dtype == jnp.bool_ else at.add(values, mode="drop")
 
 
 def _check_flat(ctx, flat, index):
@@ -418,7 +423,7 @@ def index_put(ctx, self, indices, values, accumulate=False, unsafe=False):
     at = self.at[index_tuple(indices)]
     values = jnp.asarray(values).astype(self.dtype)
     if accumulate:
-        return at.add(values, mode="drop")
+        return _accumulate(at, values)
     return at.set(values, mode="drop")
 
 
