@@ -85,6 +85,39 @@ def _bind_value(t, value):
         boxes.bind(address, plans.write_view(None, nbytes, sizes, strides, offset, value))
 
 
+def _views_of_input(node, placeholders):
+    """The view ops (in order) that make output `node` a view of a graph
+    input, or None.  Such an output must be a real view of the input at its
+    true sizes: AOTAutograd regenerates it from our tensor's geometry when
+    the view has symbolic arguments (it cannot replay those itself)."""
+    chain = []
+    while isinstance(node, torch.fx.Node) and node not in placeholders:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target.is_view:
+            return None
+        chain.append(node)
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node):
+        return None
+    known = set(chain) | set(placeholders)
+    for n in chain:
+        used = []
+        torch.fx.node.map_arg((n.args, n.kwargs), used.append)
+        if any(u not in known for u in used):
+            return None  # a view argument computed inside the graph
+    return chain[::-1]
+
+
+def _replay_views(chain, placeholders, args):
+    """The view ops of `chain` applied to the real inputs (no kernel runs:
+    views only set geometry)."""
+    env = dict(zip(placeholders, args))
+    for n in chain:
+        call_args, call_kwargs = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
+        env[n] = n.target(*call_args, **call_kwargs)
+    return env[chain[-1]]
+
+
 class DynamicCalls:
     """Mixin of CompiledGraph for graphs with symbolic sizes."""
 
@@ -152,6 +185,8 @@ class DynamicCalls:
                 outputs.append(out)
             elif kind == "input":
                 outputs.append(args[ref])
+            elif kind == "view":
+                outputs.append(_replay_views(ref, graph.placeholders, args))
             elif kind == "symint":
                 outputs.append(shapes.size(ref, padded=False))
             else:
@@ -176,8 +211,11 @@ class DynamicCalls:
         exe.arg_sources = []
         fresh_values = []
         for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):
+            chain = _views_of_input(node, placeholders)
             if isinstance(node, torch.fx.Node) and node in placeholders:
                 exe.arg_sources.append(("input", placeholders[node]))
+            elif chain is not None:
+                exe.arg_sources.append(("view", chain))
             elif isinstance(meta, torch.Tensor):
                 exe.arg_sources.append(("fresh", meta))
                 fresh_values.append(i)
