@@ -289,10 +289,11 @@ class _Kernel:
         )
 
     def _check_donation(self, entries):
-        """After the first run: donation reuses a buffer only when the new
-        value has the box's shape and dtype.  In-place writes keep both;
-        if a kernel ever does not, it stops donating (XLA would warn on
-        every compile that the donated buffer was unusable)."""
+        """After the first run: a buffer is worth donating only when the
+        new value has the box's shape and dtype.  In-place writes keep both
+        unless they rewrite a whole storage through a reshaped view; such a
+        kernel stops donating (the box is rebound either way, so the one
+        donated run was still correct)."""
         if self.donating is None:
             return
         sig_of = dict(zip(self.writes, self.sigs))
