@@ -22,7 +22,7 @@ from ..ops.context import matmul_precision
 from ..ops.dispatch import Call, static_key
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
-from . import stats
+from . import output_views, stats
 from .dynamic_runner import DynamicCalls
 
 log = logging.getLogger("torchtpu.compile")
@@ -111,8 +111,11 @@ class CompiledGraph(DynamicCalls):
                 outputs.append(fresh[ref])
             elif kind == "input":
                 outputs.append(args[ref])
+            elif kind == "view":
+                outputs.append(None)  # after the tensors it views (below)
             else:
                 outputs.append(ref)
+        output_views.fill(outputs, exe.arg_sources, self.graph.placeholders, self.out_nodes, args)
         return outputs
 
     # ---------------------------------------------------------------- build
@@ -136,8 +139,11 @@ class CompiledGraph(DynamicCalls):
         exe.arg_sources = []
         fresh_values = []
         for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):
+            view = output_views.view_of_returned(node, graph.placeholders, self.out_nodes, graph.mutated_placeholders)
             if isinstance(node, torch.fx.Node) and node in placeholders:
                 exe.arg_sources.append(("input", placeholders[node]))
+            elif view is not None:
+                exe.arg_sources.append(("view", view))
             elif isinstance(meta, torch.Tensor):
                 exe.arg_sources.append(("fresh", len(exe.fresh)))
                 exe.fresh.append((tuple(meta.shape), tuple(meta.stride()), meta.dtype))

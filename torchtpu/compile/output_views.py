@@ -1,0 +1,59 @@
+"""Graph outputs that are views -- of a graph input, or of another output --
+returned as real views, as eager PyTorch returns them: the graph's view
+ops replayed on the real tensor (no kernel runs: views only set geometry).
+
+Besides keeping aliasing (a write through one output reaches the other),
+this is what makes such outputs right under dynamic shapes: AOTAutograd
+rebuilds an aliased output from our tensor's geometry when the view has
+symbolic arguments (it cannot replay those itself), so a copy at offset 0
+would come back shifted."""
+
+import torch
+
+
+def view_of_returned(node, placeholders, out_nodes, mutated=()):
+    """(root, view ops in order) when output `node` is, through view ops
+    only, a view of a graph input or of another returned output; else None
+    (a view of an intermediate nobody returns, or of an input the graph
+    mutates, is computed like any output)."""
+    chain = []
+    while isinstance(node, torch.fx.Node) and node not in placeholders:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target.is_view:
+            break
+        chain.append(node)
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node):
+        return None
+    if node in placeholders:
+        val = node.meta.get("val")
+        if placeholders.index(node) in mutated or not isinstance(val, torch.Tensor) or val.device.type != "tpu":
+            return None
+    elif not any(node is n for n in out_nodes):
+        return None
+    known = set(chain) | set(placeholders) | {node}
+    for n in chain:
+        used = []
+        torch.fx.node.map_arg((n.args, n.kwargs), used.append)
+        if any(u not in known for u in used):
+            return None  # a view argument computed inside the graph
+    return node, chain[::-1]
+
+
+def fill(outputs, sources, placeholders, out_nodes, args):
+    """Replaces each ("view", (root, chain)) entry of `sources` by the view
+    of its root's real tensor (an input, or an output already in `outputs`)."""
+    for i, (kind, ref) in enumerate(sources):
+        if kind != "view":
+            continue
+        root, chain = ref
+        if root in placeholders:
+            base = args[placeholders.index(root)]
+        else:
+            base = outputs[next(k for k, n in enumerate(out_nodes) if n is root)]
+        env = dict(zip(placeholders, args))
+        env[root] = base
+        for n in chain:
+            call_args, call_kwargs = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
+            env[n] = n.target(*call_args, **call_kwargs)
+        outputs[i] = env[chain[-1]]
