@@ -16,12 +16,13 @@ from ..ops.context import matmul_precision
 from ..ops.dispatch import Call, static_key
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
+from . import output_views
 from .dynamic import Shapes, Unpaddable
 
 log = logging.getLogger("torchtpu.compile")
 
 class _DynamicExecutable:
-    __slots__ = ("jitted", "input_slots", "checks", "arg_sources", "out_masks")
+    __slots__ = ("jitted", "input_slots", "checks", "arg_sources", "out_masks", "mutated")
 
 
 def _symbol_values(graph, args):
@@ -85,37 +86,15 @@ def _bind_value(t, value):
         boxes.bind(address, plans.write_view(None, nbytes, sizes, strides, offset, value))
 
 
-def _views_of_input(node, placeholders):
-    """The view ops (in order) that make output `node` a view of a graph
-    input, or None.  Such an output must be a real view of the input at its
-    true sizes: AOTAutograd regenerates it from our tensor's geometry when
-    the view has symbolic arguments (it cannot replay those itself)."""
-    chain = []
-    while isinstance(node, torch.fx.Node) and node not in placeholders:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target.is_view:
-            return None
-        chain.append(node)
-        node = node.args[0]
-    if not chain or not isinstance(node, torch.fx.Node):
-        return None
-    known = set(chain) | set(placeholders)
-    for n in chain:
-        used = []
-        torch.fx.node.map_arg((n.args, n.kwargs), used.append)
-        if any(u not in known for u in used):
-            return None  # a view argument computed inside the graph
-    return chain[::-1]
+def _write_back(t, value):
+    """Copies a graph input's new value (an in-place update inside the
+    graph: BatchNorm's running stats, a step counter) into the input."""
+    from ..ops.transfer import wrap
 
-
-def _replay_views(chain, placeholders, args):
-    """The view ops of `chain` applied to the real inputs (no kernel runs:
-    views only set geometry)."""
-    env = dict(zip(placeholders, args))
-    for n in chain:
-        call_args, call_kwargs = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
-        env[n] = n.target(*call_args, **call_kwargs)
-    return env[chain[-1]]
+    if t.is_cpu:
+        t.copy_(torch.from_numpy(np.array(value)).reshape(t.shape))
+    else:
+        t.copy_(wrap(value, t.dtype, t.device.index).reshape(t.shape))
 
 
 class DynamicCalls:
@@ -166,6 +145,11 @@ class DynamicCalls:
         if exe.checks is not None:
             checks.pending.append((results[-1], exe.checks))
             checks.maybe_fold()
+        # the new values of inputs the graph updates in place (exact shapes
+        # only), after the fresh outputs and their masks
+        first = len(exe.out_masks) + sum(m is not None for m in exe.out_masks)
+        for k, index in enumerate(exe.mutated):
+            _write_back(args[index], results[first + k])
         device = torch.device("tpu", call.device)
         outputs = []
         k = 0
@@ -186,19 +170,22 @@ class DynamicCalls:
             elif kind == "input":
                 outputs.append(args[ref])
             elif kind == "view":
-                outputs.append(_replay_views(ref, graph.placeholders, args))
+                outputs.append(None)  # after the tensors it views (below)
             elif kind == "symint":
                 outputs.append(shapes.size(ref, padded=False))
             else:
                 outputs.append(ref)
+        output_views.fill(outputs, exe.arg_sources, graph.placeholders, self.out_nodes, args)
         return outputs
 
     def _build_dynamic(self, args, call, key, shapes):
         t0 = time.perf_counter()
         graph = self.graph
-        if graph.mutated_placeholders:
+        if graph.mutated_placeholders and not self.exact:
+            # (a padded new value would need its real elements picked out first)
             raise Unpaddable("the graph mutates its inputs")
         exe = _DynamicExecutable()
+        exe.mutated = sorted(graph.mutated_placeholders)
         exe.input_slots = [s for s, e in enumerate(call.entries) if e is not None]
         n_in = len(exe.input_slots)
         symbols = sorted(shapes.true, key=str)
@@ -211,11 +198,11 @@ class DynamicCalls:
         exe.arg_sources = []
         fresh_values = []
         for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):
-            chain = _views_of_input(node, placeholders)
+            view = output_views.view_of_returned(node, graph.placeholders, self.out_nodes, graph.mutated_placeholders)
             if isinstance(node, torch.fx.Node) and node in placeholders:
                 exe.arg_sources.append(("input", placeholders[node]))
-            elif chain is not None:
-                exe.arg_sources.append(("view", chain))
+            elif view is not None:
+                exe.arg_sources.append(("view", view))
             elif isinstance(meta, torch.Tensor):
                 exe.arg_sources.append(("fresh", meta))
                 fresh_values.append(i)
@@ -254,7 +241,7 @@ class DynamicCalls:
                 else:
                     inputs.append(readers[i](arrays, dyn))
                     masks.append(None)
-            outputs, _ = graph(inputs, rng, precision, shapes=traced_shapes, input_masks=None if exact else masks)
+            outputs, mutations = graph(inputs, rng, precision, shapes=traced_shapes, input_masks=None if exact else masks)
             results = [outputs[i] for i in fresh_values]
             # Which elements of each padded output are real: the host keeps those.
             out_masks.clear()
@@ -266,6 +253,7 @@ class DynamicCalls:
                     results.append(jnp.broadcast_to(mask, jnp.shape(outputs[i])))
                 else:
                     out_masks.append(None)
+            results.extend(mutations[index] for index in exe.mutated)
             if graph.checks:
                 table[:] = [(message, error, op) for _, _, message, error, op in graph.checks]
                 results.append(checks.check_code([c[:4] for c in graph.checks]))
