@@ -63,7 +63,7 @@ class Shapes:
 
     def true_value(self, x):
         """A symbolic scalar's true value (traced inside the executable)."""
-        if not isinstance(x, torch.SymInt):
+        if not isinstance(x, (torch.SymInt, torch.SymFloat)):
             return x
         return _evaluate(x.node.expr, self.true)
 
@@ -106,7 +106,14 @@ def _evaluate(expr, env):
         return env[expr]
     if isinstance(expr, sympy.Integer):
         return int(expr)
+    if isinstance(expr, (sympy.Float, sympy.Rational)):
+        return float(expr)
     args = [_evaluate(a, env) for a in expr.args]
+    name = type(expr).__name__
+    if name == "ToFloat":  # (a size used in float arithmetic: var's 1 / (N - 1))
+        return args[0] * 1.0
+    if name in ("FloatTrueDiv", "IntTrueDiv"):
+        return args[0] / args[1]
     if isinstance(expr, sympy.Add):
         return sum(args[1:], args[0])
     if isinstance(expr, sympy.Mul):
@@ -130,6 +137,12 @@ MEAN = {aten.mean.dim, aten.mean.default}
 SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
 CONTRACTIONS = {aten.mm.default, aten.bmm.default, aten.addmm.default}
 PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.lift_fresh_copy.default}
+# Factories lowered with the views (graph_only.py): a *_like output is as
+# real as the input it takes its shape from; a new_* one (sizes given) is
+# fresh.  (Not views: their value does not come from the input's elements.)
+LIKE_FACTORIES = {aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.empty_like.default}
+NEW_FACTORIES = {aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
+                 aten.new_empty_strided.default}
 # Each output element depends only on elements at smaller-or-equal indices
 # (or its own position): padding at the end never reaches a real element.
 PREFIX_SAFE = {
@@ -149,6 +162,17 @@ def _neutral(x, mask, fill):
     if mask is None:
         return x
     return jnp.where(mask, x, jnp.asarray(fill).astype(x.dtype))
+
+
+def _in_range(fill, dtype):
+    """+-inf as the largest/smallest value of `dtype` (bool and integers
+    have no infinity: -inf cast to bool would be True)."""
+    if dtype == jnp.bool_:
+        return fill > 0
+    if jnp.issubdtype(dtype, jnp.integer):
+        info = jnp.iinfo(dtype)
+        return info.max if fill > 0 else info.min
+    return fill
 
 
 def _any(mask, dims, keepdim, shape):
@@ -188,9 +212,15 @@ class MaskRules:
                 m = jnp.broadcast_to(m, jnp.broadcast_shapes(jnp.shape(m), shape)) if m.ndim <= len(shape) else m
                 combined = m if combined is None else combined & m
             return result, [combined]
+        if op in LIKE_FACTORIES:
+            return lowering_fn(ctx, *values), [masks[0]]
+        if op in NEW_FACTORIES:
+            return lowering_fn(ctx, *values), self._fresh_masks(out_meta)
         if op in VIEW_LOWERINGS and op not in (aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default):
             # A view moves elements around: the same view of the mask says
-            # which moved elements are real.
+            # which moved elements are real -- unless it counts from the end
+            # of a padded dim (x[..., :-1]), where padding is.
+            self._check_from_end(op, values, in_metas)
             result = lowering_fn(ctx, *values)
             x = values[0]
             mask = lowering_fn(ctx, _full(masks[0], jnp.shape(x)), *values[1:])
@@ -212,6 +242,19 @@ class MaskRules:
             return self._embedding(op, values, masks, lowering_fn, ctx)
         raise Unpaddable(f"no padding rule for {op} on padded data")
 
+    def _check_from_end(self, op, values, in_metas):
+        indices = {aten.slice.Tensor: (2, 3), aten.narrow.default: (2,), aten.select.int: (2,)}.get(op)
+        if indices is None:
+            return
+        meta = in_metas[0]
+        dim = values[1] % max(meta.dim(), 1)
+        if not self.shapes.is_padded_dim(meta.shape[dim]):
+            return
+        for i in indices:
+            v = values[i] if i < len(values) else None
+            if isinstance(v, int) and v < 0:
+                raise Unpaddable(f"{op} counts from the end of a padded dim")
+
     def _fresh_masks(self, out_meta):
         return [self.shapes.prefix_mask(m) if isinstance(m, torch.Tensor) else None for m in out_meta]
 
@@ -224,7 +267,7 @@ class MaskRules:
             return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
         if op in MAX_LIKE:
             dims, keepdim = _dims(values[1], x.ndim), bool(values[2])
-            values = [_neutral(x, mask, MAX_LIKE[op])] + list(values[1:])
+            values = [_neutral(x, mask, _in_range(MAX_LIKE[op], x.dtype))] + list(values[1:])
             return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
         if op in MEAN:
             dims = _dims(values[1] if op == aten.mean.dim else None, x.ndim)
@@ -234,9 +277,12 @@ class MaskRules:
             total = jnp.sum(_neutral(x, full, 0).astype(acc), axis=tuple(dims), keepdims=keepdim)
             count = jnp.maximum(jnp.sum(full, axis=tuple(dims), keepdims=keepdim), 1).astype(acc)
             return (total / count).astype(ctx.out_dtype), [_any(mask, dims, keepdim, x.shape)]
-        # softmax family and logsumexp: padded entries are -inf
+        # softmax family and logsumexp: padded entries are -inf (in the
+        # float type an integer or bool input is promoted to)
         dim = values[1]
         dims = _dims(dim, x.ndim)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            x = x.astype(ctx.out_dtype)
         values = [_neutral(x, _full(mask, x.shape), -jnp.inf)] + list(values[1:])
         if op == aten.logsumexp.default:
             keepdim = bool(values[2])

@@ -167,10 +167,15 @@ class GraphLowering:
             arg_nodes = sch.normalize(list(node.args), dict(node.kwargs))
             for i in positions:
                 a = arg_nodes[i]
-                if isinstance(a, torch.fx.Node) and isinstance(_meta(a), torch.SymInt) and sch.kinds[i] in (
+                if isinstance(a, torch.fx.Node) and isinstance(_meta(a), (torch.SymInt, torch.SymFloat)) and sch.kinds[i] in (
                     "scalar", "tensor", "opt_tensor"
                 ):
-                    values[i] = self.shapes.true_value(_meta(a))
+                    try:
+                        values[i] = self.shapes.true_value(_meta(a))
+                    except Unpaddable:
+                        if self.masks is not None:
+                            raise
+                        # (exact shapes: the value computed in the graph is the true one)
         args = [values[i] for i in positions]
         if self.masks is None:
             result = lowering.fn(ctx, *args)

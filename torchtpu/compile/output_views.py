@@ -10,10 +10,12 @@ would come back shifted."""
 
 import torch
 
+from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS
+
 
 def view_of_returned(node, placeholders, out_nodes, mutated=()):
-    """(root, view ops in order) when output `node` is, through view ops
-    only, a view of a graph input or of another returned output; else None
+    """(root, nodes to evaluate in order) when output `node` is, through view
+    ops only, a view of a graph input or of another returned output; else None
     (a view of an intermediate nobody returns, or of an input the graph
     mutates, is computed like any output)."""
     chain = []
@@ -32,17 +34,28 @@ def view_of_returned(node, placeholders, out_nodes, mutated=()):
     elif not any(node is n for n in out_nodes):
         return None
     known = set(chain) | set(placeholders) | {node}
-    for n in chain:
+    sizes = []  # size arithmetic the view arguments need (s0 * s1), in graph order
+    pending = list(chain)
+    while pending:
+        n = pending.pop()
         used = []
         torch.fx.node.map_arg((n.args, n.kwargs), used.append)
-        if any(u not in known for u in used):
-            return None  # a view argument computed inside the graph
-    return node, chain[::-1]
+        for u in used:
+            if u in known:
+                continue
+            if u.op != "call_function" or (u.target not in SYMBOLIC_OPS and u.target not in SIZE_QUERIES):
+                return None  # a view argument computed from tensor data
+            known.add(u)
+            sizes.append(u)
+            pending.append(u)
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    return node, sorted(sizes, key=order.__getitem__) + chain[::-1]
 
 
 def fill(outputs, sources, placeholders, out_nodes, args):
     """Replaces each ("view", (root, chain)) entry of `sources` by the view
-    of its root's real tensor (an input, or an output already in `outputs`)."""
+    of its root's real tensor (an input, or an output already in `outputs`):
+    `chain` (the size arithmetic, then the view ops) evaluated on real values."""
     for i, (kind, ref) in enumerate(sources):
         if kind != "view":
             continue
