@@ -16,7 +16,7 @@ import torch
 from torch.fx.node import map_arg
 
 from ..ops import transfer
-from ..ops.context import LoweringContext
+from ..ops.context import LoweringContext, matmul_scope
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
 from ..runtime import executable_cache
@@ -146,7 +146,8 @@ class GraphLowering:
                 env[node] = value
                 env[dst] = value
             else:
-                env[node] = self._lower(node, env, rng, index, precision)
+                with matmul_scope(precision):
+                    env[node] = self._lower(node, env, rng, index, precision)
         outputs = map_arg(self.output_node.args[0], lambda n: env[n])
         return outputs, mutations
 

@@ -20,6 +20,17 @@ _PRECISION = {
 }
 
 
+_SCOPE_NAMES = {lax.Precision.HIGHEST: "highest", lax.Precision.HIGH: "high", lax.Precision.DEFAULT: "default"}
+
+
+def matmul_scope(precision):
+    """Context for tracing lowerings: matmuls a lowering does not give a
+    precision (inside jax.scipy/jnp.linalg helpers, e.g. expm's Pade
+    products) follow PyTorch's setting too, not the backend's default
+    (bf16 passes on TPU)."""
+    return jax.default_matmul_precision(_SCOPE_NAMES[precision])
+
+
 def matmul_precision():
     """XLA precision for float32 matmul/conv from PyTorch's own setting."""
     return _PRECISION.get(torch.get_float32_matmul_precision(), lax.Precision.HIGHEST)

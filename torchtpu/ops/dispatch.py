@@ -23,7 +23,7 @@ from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import to_jax
 from . import aten_checks, plans
 from .aten_checks import C10_NAMES as _C10_NAMES
-from .context import LoweringContext, matmul_precision
+from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
 from .schema import (
     GENERATOR,
@@ -392,6 +392,9 @@ def _assemble(returns, values, fresh):
             out.append(fresh[ref])
         elif kind == "fresh_list":
             out.append([fresh[k] for k in ref])
+        elif kind == "fresh_view":
+            k, sizes, strides, offset = ref
+            out.append(fresh[k].as_strided(sizes, strides, offset))
         elif kind == "arg":
             out.append(values[ref])
         elif kind == "view":
@@ -522,6 +525,11 @@ def _build(entry, values, call, key):
         elif m is None:
             kernel.returns.append(("none", None))
             expected.append((None, None))
+        elif m.storage_offset() != 0:
+            # (as_strided_scatter keeps self's storage layout): the kernel
+            # writes a whole fresh storage, the op returns its view
+            k = _add_fresh(kernel, m, expected, whole_storage=True)
+            kernel.returns.append(("fresh_view", (k,) + _geometry(m)))
         else:
             kernel.returns.append(("fresh", _add_fresh(kernel, m, expected)))
 
@@ -554,7 +562,8 @@ def _build(entry, values, call, key):
         rng = dyn[-4:] if lowering.random else None
         ctx = LoweringContext(op, ctx_args, out_meta, precision, rng)
         lowered = [readers[i](arrays, dyn) for i in lowering_positions]
-        result = lowering.fn(ctx, *lowered)
+        with matmul_scope(precision):
+            result = lowering.fn(ctx, *lowered)
         flat_result = _flatten_result(result, len(expected), op)
         slots = dict(arrays)
         fresh_out = []
@@ -618,13 +627,17 @@ def _not_implemented_for(sch, values, error):
     return NotImplementedError(f'"{name}" not implemented on tpu for {listed}: {error}')
 
 
-def _add_fresh(kernel, m, expected):
+def _add_fresh(kernel, m, expected, whole_storage=False):
+    """A fresh output to allocate; `whole_storage`: allocated as its whole
+    storage (1-D), for an output that sits at a storage offset."""
     k = len(kernel.fresh)
     sizes, strides, offset = _geometry(m)
-    if offset != 0:
+    nbytes = m.untyped_storage().nbytes()
+    if whole_storage:
+        sizes, strides = (nbytes // m.element_size(),), (1,)
+    elif offset != 0:
         raise Unsupported("fresh output with a storage offset")
     kernel.fresh.append((sizes, strides, m.dtype))
-    nbytes = m.untyped_storage().nbytes()
     expected.append((m, ("fresh", k, nbytes)))
     return k
 

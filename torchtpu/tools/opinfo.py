@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 import torchtpu
 
@@ -174,6 +174,56 @@ RANDOM_OPS = {
     "svd_lowrank": _lowrank,
     "pca_lowrank": _lowrank,
 }
+
+# Ops that may return the index of any of several equal elements (an
+# unstable sort, topk, kthvalue: CUDA's choice differs from the CPU's too).
+# Value: the position of `dim` in their arguments.  Their index output is
+# compared by the input values it selects, and must not repeat an index.
+TIED_INDEX_OPS = {"sort": 0, "argsort": 0, "topk": 1, "kthvalue": 1}
+
+
+def _indices_as_values(name, inputs, out):
+    """`out` with its index tensor (the last output) replaced by the input
+    values it selects along the op's dim."""
+    x, args, kwargs = inputs
+    if kwargs.get("stable") or not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return out  # a stable sort's order is defined: compared as is
+    position = TIED_INDEX_OPS[name]
+    dim = kwargs.get("dim", args[position] if len(args) > position else -1)
+    flat, spec = tree_flatten(out)
+    index = flat[-1]
+    keepdim = name != "kthvalue" or kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+    if not keepdim:
+        index = index.unsqueeze(dim)
+    if name != "kthvalue" and index.shape[dim] > 1:
+        ordered = index.sort(dim).values.cpu()
+        assert bool((ordered.diff(dim=dim) != 0).all()), f"{name}: an index repeats along dim {dim}"
+    picked = x.gather(dim, index)
+    flat[-1] = picked if keepdim else picked.squeeze(dim)
+    return tree_unflatten(flat, spec)
+
+
+def _eigenvector_signs(out):
+    """linalg.eigh's (L, Q) with each eigenvector scaled so that its largest
+    component is positive (an eigenvector's sign is LAPACK's choice)."""
+    values, vectors = out
+    if vectors.numel() == 0:
+        return out
+    biggest = vectors.abs().argmax(dim=-2, keepdim=True)
+    return values, vectors * vectors.gather(-2, biggest).sign()
+
+
+def _canonical(name, inputs, out):
+    """`out` in the form both devices must agree on, for ops whose result is
+    defined only up to a choice (which tied element, which sign)."""
+    if name in TIED_INDEX_OPS:
+        return _indices_as_values(name, inputs, out)
+    if name == "linalg.eigh":
+        return _eigenvector_signs(out)
+    return out
+
+
+CHOICE_OPS = set(TIED_INDEX_OPS) | {"linalg.eigh"}
 
 # Ops whose result is uninitialized memory: only metadata is compared.
 UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
@@ -451,12 +501,16 @@ def check_forward(op, dtype, kind="forward", transform=None):
     for i, sample in enumerate(_samples_for(op, dtype, kind)):
         if transform is not None:
             sample = transform(sample)
-        status, expected, _ = _cpu_run(op, sample)
+        status, expected, cpu_inputs = _cpu_run(op, sample)
         if status != "ok":
             continue
-        actual, _ = _tpu_run(op, sample, op)
+        actual, tpu_inputs = _tpu_run(op, sample, op)
         out_dtypes = [t.dtype for t in _tensors(expected)]
         atol, rtol = tolerance(op, dtype, out_dtypes[0] if out_dtypes else None)
+        if name in CHOICE_OPS:
+            compare(actual, expected, atol, rtol, what=f"sample {i}", metadata_only=True)
+            actual = _canonical(name, tpu_inputs, actual)
+            expected = _canonical(name, cpu_inputs, expected)
         compare(actual, expected, atol, rtol, what=f"sample {i}", metadata_only=name in UNINITIALIZED)
         ran += 1
     if not ran:
@@ -507,26 +561,29 @@ def check_out(op, dtype):
 
         # The CPU must accept out= for this sample too.
         cpu_outs = [torch.empty_like(t) for t in exp_flat]
-        status, cpu_res, _ = _cpu_run(fn_with_out(cpu_outs), sample)
+        status, cpu_res, cpu_inputs = _cpu_run(fn_with_out(cpu_outs), sample)
         if status != "ok":
             continue
         tpu_outs = [torch.empty(t.shape, dtype=t.dtype, device=TPU) for t in exp_flat]
-        actual, _ = _tpu_run(fn_with_out(tpu_outs), sample, op)
+        actual, tpu_inputs = _tpu_run(fn_with_out(tpu_outs), sample, op)
         if cpu_res is not None:  # (some out= overloads return nothing)
             act_flat = actual if isinstance(actual, (tuple, list)) else (actual,)
             for a, o in zip(act_flat, tpu_outs):
                 assert a is o, f"sample {i}: out= variant did not return its out tensor"
         atol, rtol = tolerance(op, dtype, exp_flat[0].dtype)
         random = op_name(op) in RANDOM_OPS
-        compare(list(tpu_outs), list(cpu_outs), atol, rtol, what=f"sample {i} out", metadata_only=random)
+        name = op_name(op)
+        expected_outs = _canonical(name, cpu_inputs, list(cpu_outs))
+        compare(_canonical(name, tpu_inputs, list(tpu_outs)), expected_outs, atol, rtol, what=f"sample {i} out",
+                metadata_only=random)
         ran += 1
         if ran == 1:  # once more into zero-size outs, which must be resized
             tpu_outs = [torch.empty(0, dtype=t.dtype, device=TPU) for t in exp_flat]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                actual, _ = _tpu_run(fn_with_out(tpu_outs), sample, op)
-            compare(list(tpu_outs), list(cpu_outs), atol, rtol, what=f"sample {i} resized out",
-                    metadata_only=random)
+                actual, tpu_inputs = _tpu_run(fn_with_out(tpu_outs), sample, op)
+            compare(_canonical(name, tpu_inputs, list(tpu_outs)), expected_outs, atol, rtol,
+                    what=f"sample {i} resized out", metadata_only=random)
     if not ran:
         raise Skip("no sample runs with out= on the CPU")
 

@@ -233,43 +233,38 @@ def slice_scatter(ctx, self, src, dim=0, start=None, end=None, step=1):
     return self.at[(slice(None),) * dim + (slice(start, end, step),)].set(src.astype(self.dtype))
 
 
-def _dense_order(sizes, strides):
-    """Dims outermost-first if (sizes, strides) cover their memory densely
-    without overlap (what clone keeps); else None."""
-    order = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
-    expected = 1
-    for d in reversed(order):
-        if sizes[d] != 1 and strides[d] != expected:
-            return None
-        expected *= sizes[d]
-    return order
+def _positions(sizes, strides, offset):
+    """Storage position of each element of the view (sizes, strides, offset)."""
+    pos = np.full(tuple(sizes), offset, np.int64)
+    for d, (n, s) in enumerate(zip(sizes, strides)):
+        shape = [1] * len(sizes)
+        shape[d] = n
+        pos = pos + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    return pos
 
 
-def _storage_order(meta):
-    """Dims from outermost to innermost in `meta`'s memory, if it is dense and
-    non-overlapping (clone then keeps its strides); else None (row-major)."""
-    if meta is None or not isinstance(meta, torch.Tensor) or meta.dim() == 0:
-        return None
-    return _dense_order(tuple(meta.shape), tuple(meta.stride()))
+def _clone_layout(meta, sizes):
+    """(strides, offset) of ATen's clone_preserve_strides(self): self's own
+    storage layout, unless a zero stride overlaps elements (then a row-major
+    clone at offset 0)."""
+    if isinstance(meta, torch.Tensor) and not any(n > 1 and s == 0 for n, s in zip(meta.shape, meta.stride())):
+        return tuple(meta.stride()), meta.storage_offset()
+    return tuple(int(np.prod(sizes[d + 1:], dtype=np.int64)) for d in range(len(sizes))), 0
 
 
 @lower(aten.as_strided_scatter.default)
 def as_strided_scatter(ctx, self, src, size, stride, storage_offset=None):
-    """self.clone().as_strided(size, stride, offset).copy_(src): positions are
-    in the clone's memory order (self's when dense, else row-major)."""
-    offset = 0 if storage_offset is None else storage_offset
-    order = _storage_order(ctx.meta_args[0])
-    if order is None:
-        order = list(range(self.ndim))
-    mem = jnp.transpose(self, order).reshape(-1)
-    pos = np.full(tuple(size), offset, np.int64)
-    for d, (n, s) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[d] = n
-        pos = pos + (np.arange(n, dtype=np.int64) * s).reshape(shape)
-    mem = mem.at[pos.reshape(-1)].set(src.reshape(-1).astype(self.dtype))
-    permuted = tuple(self.shape[d] for d in order)
-    return jnp.transpose(mem.reshape(permuted), np.argsort(order))
+    """self cloned with its storage layout, then src written through
+    as_strided(size, stride, storage_offset) of the clone: the window's
+    positions are absolute in that storage (offset None: self's), and the
+    result shows the clone's elements at self's positions."""
+    strides, base = _clone_layout(ctx.meta_args[0], tuple(self.shape))
+    own = _positions(self.shape, strides, base).reshape(-1)
+    written = _positions(size, stride, base if storage_offset is None else storage_offset).reshape(-1)
+    extent = int(max(own.max(initial=-1), written.max(initial=-1))) + 1
+    memory = jnp.zeros((extent,), self.dtype).at[own].set(self.reshape(-1))
+    memory = memory.at[written].set(src.reshape(-1).astype(self.dtype))
+    return memory[own].reshape(self.shape)
 
 
 @lower(aten.unfold_backward.default)
