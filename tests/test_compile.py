@@ -444,6 +444,19 @@ def test_dynamic_shapes_padding_rules(name):
             assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-4)
 
 
+def test_dynamic_integer_arguments_keep_their_value():
+    # An int argument becomes a symbol under dynamic=True like a size; a size
+    # is padded up to its bucket, an index or a count must not be (row 3 read
+    # as row 4; a select past the end crashed).
+    def f(x, i, n):
+        return x.select(0, i) * 2 + x[:n].sum(0)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    x = torch.randn(8, 3)
+    for i, n in ((3, 5), (5, 3), (6, 7), (2, 2)):
+        assert_close(compiled(x.to("tpu"), i, n), f(x, i, n), **TOL)
+
+
 def test_dynamic_view_of_a_non_contiguous_input():
     # an output that is a view of an input, with size arithmetic in its
     # arguments (reshape of a narrowed tensor: view(x, [s0 * s1, s2]))

@@ -50,13 +50,24 @@ class Shapes:
     executable is compiled for.  Inside the executable `true` holds traced
     scalars (one executable serves every true size of its bucket)."""
 
-    def __init__(self, true_values: dict, padded_values: dict):
+    def __init__(self, true_values: dict, padded_values: dict, bucketed=None):
         self.true = true_values  # sympy.Symbol -> int (or traced int)
         self.padded = padded_values  # sympy.Symbol -> int
+        self.bucketed = set(padded_values) if bucketed is None else bucketed  # symbols padded up
 
     @classmethod
-    def for_call(cls, true_values: dict, policy):
-        return cls(true_values, {s: bucket(v, policy) for s, v in true_values.items()})
+    def for_call(cls, true_values: dict, policy, sizes):
+        """Symbols in `sizes` (dims of the tensor inputs) go up to their
+        bucket; the others (integer arguments: an index, a count) keep their
+        value, so the executable is specialised to it as without dynamic."""
+        padded = {s: bucket(v, policy) if s in sizes else v for s, v in true_values.items()}
+        return cls(true_values, padded, {s for s in true_values if s in sizes})
+
+    def traced(self, true_values: dict):
+        """These shapes inside the executable: bucketed symbols' true values
+        traced (`true_values`), the others known."""
+        known = {s: v for s, v in self.padded.items() if s not in self.bucketed}
+        return Shapes({**true_values, **known}, self.padded, self.bucketed)
 
     def key(self):
         return tuple(sorted((str(s), v) for s, v in self.padded.items()))
@@ -77,7 +88,7 @@ class Shapes:
         return tuple(self.size(d, padded) for d in shape)
 
     def is_padded_dim(self, x) -> bool:
-        return isinstance(x, torch.SymInt) and bool(_expr(x).free_symbols & set(self.padded))
+        return isinstance(x, torch.SymInt) and bool(_expr(x).free_symbols & self.bucketed)
 
     def padded_dims(self, meta):
         return [d for d, n in enumerate(meta.shape) if self.is_padded_dim(n)]

@@ -26,10 +26,11 @@ class _DynamicExecutable:
 
 
 def _symbol_values(graph, args):
-    """True value of every symbol that appears alone as a size or scalar."""
+    """True value of every symbol that appears alone as a size or scalar,
+    and the set of those that are sizes of tensor inputs."""
     import sympy
 
-    values = {}
+    values, sizes = {}, set()
     for node, a in zip(graph.placeholders, args):
         meta = node.meta.get("val")
         if isinstance(meta, torch.SymInt) and isinstance(meta.node.expr, sympy.Symbol):
@@ -38,7 +39,8 @@ def _symbol_values(graph, args):
             for d, n in enumerate(meta.shape):
                 if isinstance(n, torch.SymInt) and isinstance(n.node.expr, sympy.Symbol):
                     values[n.node.expr] = int(a.shape[d])
-    return values
+                    sizes.add(n.node.expr)
+    return values, sizes
 
 
 _pad_kernels: dict = {}
@@ -86,7 +88,7 @@ def _bind_value(t, value):
         boxes.bind(address, plans.write_view(None, nbytes, sizes, strides, offset, value))
 
 
-def _write_back(t, value):
+def write_back(t, value):
     """Copies a graph input's new value (an in-place update inside the
     graph: BatchNorm's running stats, a step counter) into the input."""
     from ..ops.transfer import wrap
@@ -107,8 +109,8 @@ class DynamicCalls:
 
         boxes.drain()
         graph = self.graph
-        true_values = _symbol_values(graph, args)
-        shapes = Shapes.for_call(true_values, "exact" if self.exact else self.options.dynamic_buckets)
+        true_values, sizes = _symbol_values(graph, args)
+        shapes = Shapes.for_call(true_values, "exact" if self.exact else self.options.dynamic_buckets, sizes)
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype(), self.exact, shapes.key()]
         padded = []  # placeholder index -> padded array, for inputs with symbolic dims
@@ -149,7 +151,7 @@ class DynamicCalls:
         # only), after the fresh outputs and their masks
         first = len(exe.out_masks) + sum(m is not None for m in exe.out_masks)
         for k, index in enumerate(exe.mutated):
-            _write_back(args[index], results[first + k])
+            write_back(args[index], results[first + k])
         device = torch.device("tpu", call.device)
         outputs = []
         k = 0
@@ -228,7 +230,7 @@ class DynamicCalls:
             true = dict(zip(symbols, flat[pos : pos + len(symbols)]))
             pos += len(symbols)
             rng = tuple(flat[pos : pos + 4]) if graph.random else None
-            traced_shapes = Shapes(true, shapes.padded)
+            traced_shapes = shapes.traced(true)
             inputs, masks = [], []
             for i, (node, a) in enumerate(zip(graph.placeholders, args)):
                 meta = node.meta.get("val")

@@ -23,7 +23,7 @@ from ..ops.dispatch import Call, static_key
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from . import output_views, stats
-from .dynamic_runner import DynamicCalls
+from .dynamic_runner import DynamicCalls, write_back
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -100,7 +100,7 @@ class CompiledGraph(DynamicCalls):
         fresh = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in exe.fresh]
         for (kind, ref), result, sig in zip(exe.writes, results, exe.sigs):
             if kind == "host":
-                args[ref].copy_(torch.from_numpy(np.array(result)).reshape(args[ref].shape))
+                write_back(args[ref], result)
                 continue
             address = fresh[ref].data_ptr() if kind == "fresh" else call.addresses[ref]
             if address and result is not None:
