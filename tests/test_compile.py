@@ -457,6 +457,39 @@ def test_dynamic_integer_arguments_keep_their_value():
         assert_close(compiled(x.to("tpu"), i, n), f(x, i, n), **TOL)
 
 
+def test_dynamic_bfloat16_training_matches_cpu():
+    # bf16 x bf16 -> f32 products in a padded backward graph once failed at
+    # run time on XLA:CPU ("Unsupported element type for DotThunk").
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(8, 4)).bfloat16()
+    dev = copy.deepcopy(ref).to("tpu")
+    compiled = torch.compile(dev, backend="tpu", dynamic=True)
+    for rows in (3, 5):
+        x = torch.randn(rows, 8, dtype=torch.bfloat16)
+        want, got = ref(x), compiled(x.to("tpu"))
+        assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+        want.float().pow(2).mean().backward()
+        got.float().pow(2).mean().backward()
+        for p, q in zip(ref.parameters(), dev.parameters()):
+            assert_close(q.grad.float(), p.grad.float(), rtol=3e-2, atol=3e-2)
+            p.grad = q.grad = None
+
+
+def test_dynamic_interpolate_compiles_whole():
+    # With symbolic sizes, upsampling decomposes into prims.convert_element_type
+    # and aten.true_divide, which once sent the graph op by op.
+    def f(x):
+        up = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+        return up + F.interpolate(x, size=(10, 10), mode="nearest").mean()
+
+    before = torchtpu.compile_stats()["eager_fallback_graphs"]
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for shape in ((2, 3, 5, 5), (2, 3, 6, 7)):
+        x = torch.randn(shape)
+        assert_close(compiled(x.to("tpu")), f(x), **TOL)
+    assert torchtpu.compile_stats()["eager_fallback_graphs"] == before
+
+
 def test_dynamic_view_of_a_non_contiguous_input():
     # an output that is a view of an input, with size arithmetic in its
     # arguments (reshape of a narrowed tensor: view(x, [s0 * s1, s2]))

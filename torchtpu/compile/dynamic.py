@@ -147,7 +147,8 @@ MAX_LIKE = {aten.amax.default: -jnp.inf, aten.amin.default: jnp.inf}
 MEAN = {aten.mean.dim, aten.mean.default}
 SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
 CONTRACTIONS = {aten.mm.default, aten.bmm.default, aten.addmm.default}
-PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.lift_fresh_copy.default}
+PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.lift_fresh_copy.default,
+                torch.ops.prims.convert_element_type.default}
 # Factories lowered with the views (graph_only.py): a *_like output is as
 # real as the input it takes its shape from; a new_* one (sizes given) is
 # fresh.  (Not views: their value does not come from the input's elements.)

@@ -14,6 +14,7 @@ import torch
 from jax import lax
 
 from .. import plans
+from . import elementwise
 from ..registry import lower_view
 
 aten = torch.ops.aten
@@ -146,11 +147,19 @@ def view_dtype(ctx, x, *rest):
 # ------------------------------------------------------------ conversions
 
 
-@lower_view(aten._to_copy)
+@lower_view(aten._to_copy, torch.ops.prims.convert_element_type)
 def to_copy(ctx, x, *rest):
     """`.to(dtype)`, `.float()`, autocast's casts (eager runs `_to_copy` as
-    empty + copy_).  A move to another device is not lowered (graph.py)."""
+    empty + copy_; decompositions under dynamic shapes emit the prim).  A
+    move to another device is not lowered (graph.py)."""
     return jnp.asarray(x).astype(ctx.out_dtype)
+
+
+@lower_view(aten.true_divide)
+def true_divide(ctx, self, other):
+    """div under its old name (eager decomposes it; decompositions under
+    dynamic shapes emit it)."""
+    return elementwise.div(ctx, self, other)
 
 
 # ------------------------------------------------------------ factories

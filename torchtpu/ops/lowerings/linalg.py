@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ...runtime import devices
 from ...runtime.dtypes import to_jax
 from .. import dispatch
 from ..registry import lower
@@ -38,6 +39,11 @@ def _product(ctx, a, b, contract, batch=((), ())):
         a, b = a.astype(common), b.astype(common)
         acc = acc_dtype(common)
     precision = ctx.precision if jnp.issubdtype(acc, jnp.floating) or jnp.issubdtype(acc, jnp.complexfloating) else None
+    if acc != a.dtype and jnp.issubdtype(acc, jnp.floating) and devices.platform() == "cpu":
+        # XLA:CPU's dot runtime rejects some bf16 x bf16 -> f32 dots (in
+        # backward graphs under dynamic=True); f32 operands give the same
+        # result: a product of two 16-bit floats is exact in f32.
+        a, b = a.astype(acc), b.astype(acc)
     return lax.dot_general(a, b, (contract, batch), precision=precision, preferred_element_type=acc)
 
 
