@@ -422,6 +422,10 @@ _PADDED_CASES = {
     "var": lambda x: x.var(-1, keepdim=True) * x,
     # zeros_like/ones_like of a padded value (autograd's own graphs use them)
     "ones_like": lambda x: torch.ones_like(x).cumsum(-1) * x,
+    # windows: one that reaches into the padding is not real
+    "unfold": lambda x: x.unfold(-1, 2, 1).sum(-1),
+    # arange from a size: its start is traced
+    "arange from a size": lambda x: x.index_select(-1, torch.arange(x.shape[-1] - 1, -1, -1, device=x.device)),
 }
 
 

@@ -236,6 +236,8 @@ class MaskRules:
             result = lowering_fn(ctx, *values)
             x = values[0]
             mask = lowering_fn(ctx, _full(masks[0], jnp.shape(x)), *values[1:])
+            if op == aten.unfold.default:  # a window is real only if all its elements are
+                mask = jnp.all(mask, axis=-1, keepdims=True)
             return result, list(mask) if isinstance(mask, (tuple, list)) else [mask]
         if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE:
             return self._reduction(op, values, masks, lowering_fn, ctx)

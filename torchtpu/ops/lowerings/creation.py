@@ -5,6 +5,7 @@ reach the backend as `empty` + `fill_`, which already runs on the device; the
 lowerings here are for the factories whose values are computed.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -56,8 +57,9 @@ def _arange(ctx, start, step):
     (n,) = ctx.out_shape
     acc = _acc_dtype(dtype)
     if not _is_float(acc):
-        # ATen converts start/step to the integer accumulation type first.
-        start, step = int(start), int(step)
+        # ATen converts start/step to the integer accumulation type first
+        # (a traced start -- a symbolic size under dynamic=True -- is one).
+        start, step = (v if isinstance(v, jax.Array) else int(v) for v in (start, step))
     idx = _iota(n, acc)
     return (jnp.asarray(start, acc) + jnp.asarray(step, acc) * idx).astype(dtype)
 
