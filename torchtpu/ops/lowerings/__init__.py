@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     embedding,
     fft,
     foreach,
+    grid_sample,
     indexing,
     interpolation,
     linalg,
