@@ -251,15 +251,15 @@ def test_same_signature_is_cached_and_new_shape_recompiles(caplog):
 
 def test_unlowerable_op_runs_eagerly_with_a_log_line(caplog):
     # (an op without a lowering: see tests/opinfo_expected_failures.txt)
-    def f(x, grid):
-        return torch.nn.functional.grid_sample(x, grid, align_corners=False) * 2
+    def f(x):
+        return F.interpolate(x * 2, size=(3, 4), mode="bilinear", antialias=True) + 1
 
-    x = torch.rand(1, 1, 2, 3, 4)
-    grid = torch.rand(1, 2, 2, 2, 3) * 2 - 1
+    x = torch.rand(1, 2, 6, 7)
     with caplog.at_level(logging.WARNING, logger="torchtpu.compile"):
-        out = torch.compile(f, backend="tpu")(x.to("tpu"), grid.to("tpu"))
-    assert_close(out, f(x, grid), **TOL)
-    assert any("grid_sampler_3d" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+        out = torch.compile(f, backend="tpu")(x.to("tpu"))
+    assert_close(out, f(x), **TOL)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("_upsample_bilinear2d_aa" in m for m in messages), messages
     assert _graph_stats()["eager_fallback_graphs"] >= 1
 
 
@@ -492,6 +492,26 @@ def test_dynamic_interpolate_compiles_whole():
         x = torch.randn(shape)
         assert_close(compiled(x.to("tpu")), f(x), **TOL)
     assert torchtpu.compile_stats()["eager_fallback_graphs"] == before
+
+
+def test_dynamic_view_of_an_input_the_graph_mutates():
+    # The returned views are views of the input's new value in the graph
+    # (select(permute(new value))); they must come back as views of the
+    # updated input -- a copy at offset 0 was read back from element 0.
+    def f(x, i):
+        v = x.permute(1, 0).select(0, i)
+        v.mul_(2)
+        return v, x.permute(1, 0)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for n, i in ((5, 3), (6, 2), (7, 4)):
+        x = torch.randn(2, n)
+        xc, xt = x.clone(), x.to("tpu")
+        want, got = f(xc, i), compiled(xt, i)
+        for w, g in zip(want, got):
+            assert_close(g, w, **TOL)
+            assert (g.stride(), g.storage_offset()) == (w.stride(), w.storage_offset())
+        assert_close(xt, xc, **TOL)
 
 
 def test_dynamic_view_of_a_non_contiguous_input():

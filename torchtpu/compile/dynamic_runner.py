@@ -200,7 +200,7 @@ class DynamicCalls:
         exe.arg_sources = []
         fresh_values = []
         for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):
-            view = output_views.view_of_returned(node, graph.placeholders, self.out_nodes, graph.mutated_placeholders)
+            view = output_views.view_of_returned(node, graph.placeholders, self.out_nodes)
             if isinstance(node, torch.fx.Node) and node in placeholders:
                 exe.arg_sources.append(("input", placeholders[node]))
             elif view is not None:
