@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     conv,
     core,
     creation,
+    ctc,
     data_dependent,
     dropout,
     elementwise,
