@@ -16,6 +16,8 @@ CASES = {
     "mv int @ float": lambda d: torch.ones(2, 3, dtype=torch.int32, device=d) @ torch.ones(3, device=d),
     "addmm mixed": lambda d: torch.addmm(torch.ones(2, 2, device=d), torch.ones(2, 3, device=d),
                                          torch.ones(3, 2, dtype=torch.int32, device=d)),
+    "mm bool": lambda d: torch.ones(2, 3, dtype=torch.bool, device=d) @ torch.ones(3, 2, dtype=torch.bool, device=d),
+    "bmm bool": lambda d: torch.bmm(torch.ones(1, 2, 2, dtype=torch.bool, device=d), torch.ones(1, 2, 2, dtype=torch.bool, device=d)),
     "cat zero-dim": lambda d: torch.cat([torch.tensor(1.0, device=d), torch.tensor(2.0, device=d)]),
     "int add with float alpha": lambda d: torch.add(torch.ones(3, dtype=torch.int64, device=d), 2, alpha=1.5),
     "bool alpha on ints": lambda d: torch.add(torch.ones(3, dtype=torch.int64, device=d), 1, alpha=True),

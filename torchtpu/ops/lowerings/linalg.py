@@ -21,6 +21,7 @@ from ...runtime.dtypes import to_jax
 from .. import dispatch
 from ..registry import lower
 from .common import acc_dtype
+from .reductions import reject
 from ..schema import schema_of
 from ..special import special
 from ..transfer import materialize, wrap
@@ -33,6 +34,8 @@ aten = torch.ops.aten
 
 def _product(ctx, a, b, contract, batch=((), ())):
     """dot_general of a and b, returned in the accumulation dtype."""
+    # ATen has no bool products (CPU and CUDA both raise), though XLA would compute one.
+    reject(ctx.op._schema.name.split("::")[-1], a.dtype, ("bool",))
     acc = acc_dtype(a.dtype)
     if b.dtype != a.dtype:  # mixed operands (e.g. mm.dtype); torch requires equal dtypes otherwise
         common = jnp.promote_types(a.dtype, b.dtype)
