@@ -33,6 +33,7 @@ VALID = {
     "copy_ same elements": lambda d: _shared(d, lambda a: a.view(2, 4)[:, :2].copy_(a.view(2, 4)[:, :2].t().t())),
     "mul_ disjoint halves": lambda d: _shared(d, lambda a: a.view(2, 4)[:, :2].mul_(a.view(2, 4)[:, 2:])),
     "int eq_": lambda d: torch.arange(3, device=d).eq_(1),
+    "copy_ of an expanded tensor onto itself": lambda d: (lambda e: e.copy_(e))(_arange(d)[:3].expand(2, 3)),
     "float add_ double": lambda d: torch.ones(3, device=d).add_(torch.ones(3, dtype=torch.float64, device=d)),
     "bool add int alpha": lambda d: torch.add(torch.ones(3, dtype=torch.bool, device=d), True, alpha=2),
     "int floor div_": lambda d: torch.arange(6, device=d).div_(4, rounding_mode="floor"),
