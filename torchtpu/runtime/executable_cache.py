@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import pickle
+import re
 import sys
 import tempfile
 import threading
@@ -152,13 +153,25 @@ def _path(digest):
 
 _runtime_ready = False
 
+# Custom-call targets that need no jaxlib runtime set up (XLA's own markers).
+_PLAIN_CUSTOM_CALLS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement"})
+
+
+def _needs_runtime(lowered):
+    """Whether an executable calls jaxlib kernels (LAPACK, the GPU solvers)
+    that are set up while lowering: then loading it needs `_prepare_runtime`."""
+    targets = set(re.findall(r"custom_call @([\w.$-]+)", lowered.as_text()))
+    return bool(targets - _PLAIN_CUSTOM_CALLS)
+
 
 def _prepare_runtime():
     """Some jaxlib kernels are set up while an op is *lowered*: LAPACK's
     function table (linear algebra on the CPU), the GPU hybrid eigensolver.
     An executable loaded from disk skips lowering and would call them
     uninitialised -- a segfault.  Lowering (not compiling) a tiny function
-    that uses them sets them up, once per process."""
+    that uses them sets them up, once per process, and only before loading
+    an executable that calls them (it costs ~0.2 s: LAPACK's table comes
+    from scipy)."""
     global _runtime_ready
     if not _runtime_ready:
         import jax.numpy as jnp
@@ -171,10 +184,11 @@ def _prepare_runtime():
 def _read(path, device):
     try:
         with open(path, "rb") as f:
-            payload, in_tree, out_tree, aux = pickle.load(f)
+            payload, in_tree, out_tree, aux, needs_runtime = pickle.load(f)
         from jax.experimental.serialize_executable import deserialize_and_load
 
-        _prepare_runtime()
+        if needs_runtime:
+            _prepare_runtime()
 
         return deserialize_and_load(payload, in_tree, out_tree, execution_devices=[device]), aux
     except FileNotFoundError:
@@ -184,11 +198,11 @@ def _read(path, device):
         return None
 
 
-def _write(path, compiled, aux):
+def _write(path, compiled, aux, needs_runtime):
     from jax.experimental.serialize_executable import serialize
 
     try:
-        blob = pickle.dumps(serialize(compiled) + (aux,))
+        blob = pickle.dumps(serialize(compiled) + (aux, needs_runtime))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
@@ -203,12 +217,13 @@ class Entry:
     compiling.  Inert (loads nothing, stores nothing) when the cache is off
     or the key has no stable encoding."""
 
-    __slots__ = ("path", "device")
+    __slots__ = ("path", "device", "needs_runtime")
 
     def __init__(self, kind, key, args, device, extra=()):
         """`device`: the JAX device the executable runs on."""
         self.path = None
         self.device = device
+        self.needs_runtime = True
         if not compile_cache.enabled():
             return
         try:
@@ -232,12 +247,14 @@ class Entry:
         compiled = lowered.compile()
         if compile_cache.jax_cache_hits() != before:
             self.path = None
+        if self.path is not None:
+            self.needs_runtime = _needs_runtime(lowered)
         return compiled
 
     def store(self, compiled, aux=None):
         """Writes an executable this entry compiled (see `compile`)."""
         if self.path is not None:
-            _write(self.path, compiled, aux)
+            _write(self.path, compiled, aux, self.needs_runtime)
 
 
 class LazyExecutable:
