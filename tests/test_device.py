@@ -147,6 +147,20 @@ def test_fallback_warns_once_and_counts():
     assert r1.device.type == "tpu" and torch.equal(r2.cpu(), x.cpu() * 2)
 
 
+def test_sparse_tensors_raise_a_clear_error():
+    # XLA has no sparse layouts; the error names the op and the way out
+    # instead of PyTorch's "Could not run ... 'Sparsetpu' backend".
+    emb = torch.nn.Embedding(10, 3, sparse=True).to("tpu")
+    loss = emb(torch.tensor([1, 2, 2], device="tpu")).sum()
+    with pytest.raises(NotImplementedError, match=r"sparse tensors are not supported on the tpu device.*sparse=False"):
+        loss.backward()
+    with pytest.raises(NotImplementedError, match="_sparse_coo_tensor_with_dims_and_tensors"):
+        torch.eye(3).to_sparse().to("tpu")
+    dense = torch.nn.Embedding(10, 3).to("tpu")
+    dense(torch.tensor([1, 2, 2], device="tpu")).sum().backward()
+    assert torch.equal(dense.weight.grad.cpu()[2], torch.full((3,), 2.0))
+
+
 def test_rng_reproducible_and_seed_dependent():
     torch.manual_seed(123)
     a = torch.randn(100, device="tpu").cpu()

@@ -19,6 +19,7 @@ import torch
 from .. import _C
 from ..runtime import boxes
 from . import schema as schema_mod
+from . import sparse_layouts
 
 _lock = threading.RLock()
 _loaded = False
@@ -144,3 +145,4 @@ def install():
     # slow_path, which loads transfer.py on first use), so they share its
     # way out of dynamo (runtime/outside_dynamo.py).
     _C._register_kernels(sorted(_TRANSFER_KERNELS))
+    sparse_layouts.install()
