@@ -13,6 +13,7 @@ Conventions shared by every lowering here:
 import math
 
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 import torch
 
@@ -456,6 +457,21 @@ def all_dim(ctx, self, dim, keepdim=False):
 @lower(aten.all.dims, aten.all.dims_out)
 def all_dims(ctx, self, dim=None, keepdim=False):
     return jnp.all(_truth(self), axis=_axes(dim, self.ndim, empty_means_all=False), keepdims=keepdim)
+
+
+@lower(aten.hash_tensor.default, aten.hash_tensor.out)
+def hash_tensor(ctx, self, dim=(), keepdim=False, mode=0):
+    """ATen's mode 0 (xor_sum): each element widened to float64 (floating
+    dtypes) or int64 (integers, bool), its 64 bits XORed along `dim`."""
+    if mode != 0:
+        raise RuntimeError(f"Unknown hash_tensor mode: {mode}")
+    reject("xor_sum_cpu", self.dtype, ("complex",))
+    axes = _axes(dim, self.ndim)
+    require_nonempty("hash_tensor", self.shape, axes)
+    wide = self.astype(jnp.float64 if _kind(self.dtype) == "float" else jnp.int64)
+    bits = lax.bitcast_convert_type(wide, jnp.uint64)
+    out = lax.reduce(bits, np.uint64(0), lax.bitwise_xor, axes)
+    return jnp.expand_dims(out, axes) if keepdim else out
 
 
 @lower(aten.count_nonzero.default, aten.count_nonzero.out)
