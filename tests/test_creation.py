@@ -81,6 +81,14 @@ def test_linspace(start, end, steps, dtype):
     same(lambda d: torch.linspace(start, end, steps, device=d, dtype=dtype))
 
 
+def test_linspace_with_traced_endpoints_divides_exactly():
+    # New start/end values are traced; the step must still be a true
+    # division (XLA would multiply by the reciprocal of steps - 1: 1 ulp off).
+    for start, end in ((0.25, 0.5), (2.015, -0.403), (0.854, -1.885), (1.98, 1.022), (0.032, 0.534)):
+        torch.testing.assert_close(
+            torch.linspace(start, end, 4, device=TPU).cpu(), torch.linspace(start, end, 4), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(
     "start, end, steps, base, dtype",
     [(0, 2, 5, 10.0, None), (-1, 1, 4, 2.0, None), (0, 3, 4, 2.0, torch.int64), (1, 0, 3, 10.0, torch.float64)],

@@ -403,6 +403,32 @@ def test_softmax_backward_data(dtype):
 # ------------------------------------------------------------------ out= variants
 
 
+def test_histogram_family_matches_cpu():
+    # Values are also covered by the OpInfo suite; this pins the cases it
+    # samples lightly: weights with density, given edges, histogramdd.
+    torch.manual_seed(0)
+    x, w, p = torch.randn(50), torch.rand(50), torch.randn(30, 3)
+    check(lambda t: torch.histogram(t, 7), x)
+    check(lambda t: torch.histogram(t, 7, range=(-1.0, 1.0)), x)
+    check(lambda t, u: torch.histogram(t, 5, weight=u, density=True), x, w)
+    check(lambda t, e: torch.histogram(t, e), x, torch.tensor([-2.0, -0.5, 0.0, 0.3, 2.0]))
+    check(lambda t: torch.histogram(t, 4), torch.ones(4))  # equal extremes widen by 0.5
+    check(lambda t: torch.histogram(t, 4), torch.tensor([]))
+    check(lambda t: torch.histogramdd(t, [2, 3, 4]), p)
+    check(lambda t: torch.histogramdd(t, [2, 3, 4], range=[-1.0, 1.0, -2.0, 2.0, 0.0, 1.0], density=True), p)
+    check(lambda t, a, b, c: torch.histogramdd(t, [a, b, c]), p,
+          torch.tensor([-1.0, 0.0, 1.0]), torch.tensor([-2.0, 2.0]), torch.tensor([-0.5, 0.0, 0.5, 1.0]))
+
+
+def test_histogram_of_non_finite_data_is_a_device_side_error():
+    x = torch.tensor([1.0, inf], device=TPU)
+    torch.histogram(x, 3)
+    with pytest.raises(RuntimeError, match="dimension 0's range is not finite"):
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="min should not exceed max"):
+        torch.histogram(x, 3, range=(2.0, 1.0))
+
+
 def test_out_variants():
     def fn(a, o, v, i, b):
         torch.sum(a, 0, out=o)

@@ -17,6 +17,7 @@ from . import (  # noqa: F401
     fft,
     foreach,
     grid_sample,
+    histogram,
     indexing,
     interpolation,
     linalg,

@@ -88,7 +88,9 @@ def _linspace(dtype, start, end, steps):
     if steps == 1:
         return jnp.reshape(s, (1,)).astype(dtype)
     idx = _iota(steps, compute)
-    step = (e - s) / (steps - 1)
+    # A true division, as ATen's: XLA turns a division by a constant into a
+    # multiplication by its reciprocal (1 ulp off when start/end are traced).
+    step = (e - s) / lax.optimization_barrier(jnp.asarray(steps - 1, compute))
     up = s + step * idx
     down = e - step * (steps - 1 - idx)
     val = jnp.where(idx < steps // 2, up, down)
