@@ -677,3 +677,36 @@ def test_dropout_module_grad():
     torch.ops.aten.native_dropout_backward(g.to(TPU), mask.to(TPU), 2.5)
     assert torchtpu.fallback_counts() == before
     check(lambda g, m: torch.ops.aten.native_dropout_backward(g, m, 2.5), g, mask)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("size, align_corners", [((4, 5), False), ((3, 3), True), ((11, 13), False), ((7, 2), False)])
+def test_antialiased_resampling(mode, size, align_corners):
+    # Downsampling widens the filter by the scale (every input pixel under an
+    # output pixel counts); upsampling is the plain filter.  Forward and
+    # gradient on the device, none on the CPU.
+    x = randn(2, 3, 9, 8, grad=True)
+    check(lambda t: F.interpolate(t, size=size, mode=mode, antialias=True, align_corners=align_corners), x,
+          grad=True)
+
+
+def test_antialiased_resampling_scale_factor_and_bf16():
+    x = randn(1, 2, 20, 17)
+    check(lambda t: F.interpolate(t, scale_factor=0.3, mode="bilinear", antialias=True), x)
+    # ATen's CPU kernel has no 16-bit version (CUDA's has): compare in float32
+    out = F.interpolate(x.to(TPU).bfloat16(), size=(5, 6), mode="bilinear", antialias=True)
+    torch.testing.assert_close(out.cpu().float(), F.interpolate(x, size=(5, 6), mode="bilinear", antialias=True),
+                               atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("antialias", [False, True])
+def test_uint8_images_resample_like_the_cpu(antialias):
+    # ATen resamples uint8 in 16-bit fixed point with rounding and clamping:
+    # not lowered; antialiased calls run ATen's kernel on the CPU, the others
+    # PyTorch's decomposition (float math, rounded: within one level).
+    x = torch.randint(0, 256, (1, 3, 9, 11), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    for mode in ("bilinear", "bicubic"):
+        expected = F.interpolate(x, size=(5, 7), mode=mode, antialias=antialias)
+        out = F.interpolate(x.to(TPU), size=(5, 7), mode=mode, antialias=antialias).cpu()
+        assert out.dtype == torch.uint8
+        assert (out.int() - expected.int()).abs().max() <= (0 if antialias else 1)

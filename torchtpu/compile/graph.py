@@ -101,6 +101,10 @@ class GraphLowering:
         lowering = find_graph_lowering(target)
         if lowering is None:
             raise Unlowerable(f"no lowering for {target}")
+        if lowering.accepts is not None:
+            args, kwargs = map_arg((node.args, node.kwargs), _meta)
+            if not lowering.accepts(*args, **kwargs):
+                raise Unlowerable(f"the lowering of {target} does not take these arguments")
         if schema_of(target).mutated:
             raise Unlowerable(f"in-place {target} in a functional graph")
         self.random = self.random or lowering.random

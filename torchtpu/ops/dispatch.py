@@ -486,6 +486,8 @@ def _build(entry, values, call, key):
     aten_checks.before_meta(sch, values)
     meta_values = _meta_values(sch, values, call)
     margs, mkwargs = sch.split(meta_values)
+    if lowering.accepts is not None and not lowering.accepts(*margs, **mkwargs):
+        raise Unsupported(f"the lowering of {sch.op} does not take these arguments")
     try:
         meta_out = sch.op(*margs, **mkwargs)
     except (NotImplementedError, AttributeError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:

@@ -25,6 +25,7 @@ class Lowering:
     random: bool = False  # needs ctx.rng_key()
     traced: frozenset = field(default_factory=frozenset)  # float args passed traced, like Scalars
     meta: object = None  # output metadata where ATen has no meta kernel: fn(*meta args) -> meta tensor(s)
+    accepts: object = None  # fn(*meta args) -> False for calls it cannot lower (they fall back to the CPU)
 
 
 LOWERINGS: dict = {}
@@ -50,7 +51,7 @@ def _overloads(target):
     return [target]
 
 
-def lower(*targets, static=(), random=False, traced=(), meta=None):
+def lower(*targets, static=(), random=False, traced=(), meta=None, accepts=None):
     """Register `fn` as the lowering of these overloads (a packet means all of
     its overloads that have no lowering of their own).
 
@@ -58,10 +59,12 @@ def lower(*targets, static=(), random=False, traced=(), meta=None):
     into the kernel).  traced: `float` arguments that change from call to call
     (e.g. a momentum) and so are passed traced instead of baked in.  meta:
     the output's metadata from the (meta) arguments, for the few ops ATen
-    has no meta kernel for (some backward ops)."""
+    has no meta kernel for (some backward ops).  accepts: a predicate on the
+    (meta) arguments; a call it rejects runs on the CPU in eager mode and op
+    by op in a compiled graph (ATen kernels with their own dtype rules)."""
 
     def deco(fn):
-        entry = Lowering(fn, frozenset(static), random, frozenset(traced), meta)
+        entry = Lowering(fn, frozenset(static), random, frozenset(traced), meta, accepts)
         for target in targets:
             explicit = not isinstance(target, torch._ops.OpOverloadPacket)
             for op in _overloads(target):

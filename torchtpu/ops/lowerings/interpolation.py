@@ -81,7 +81,52 @@ def _cubic(n_in, n_out, align_corners, scale, A=-0.75):
     return idx, w
 
 
+def _aa_linear(x):
+    x = np.abs(x)
+    return np.where(x < F32(1), F32(1) - x, F32(0)).astype(F32)
+
+
+def _aa_cubic(x, A=F32(-0.5)):
+    """Keys' cubic with a = -0.5 (PIL's; plain bicubic uses -0.75)."""
+    x = np.abs(x)
+    near = ((A + F32(2)) * x - (A + F32(3))) * x * x + F32(1)
+    far = ((A * x - F32(5) * A) * x + F32(8) * A) * x - F32(4) * A
+    return np.where(x < F32(1), near, np.where(x < F32(2), far, F32(0))).astype(F32)
+
+
+def _antialiased(n_in, n_out, align_corners, scale, cubic):
+    """ATen's antialiased taps (_compute_weights_aa): when downsampling, the
+    filter widens by the scale, so every input pixel under an output pixel
+    contributes; weights are normalised to sum to 1.  Float32 steps and
+    double intermediates as in the C++ (center, support and the filter's
+    argument go through double)."""
+    s = _scale(n_in, n_out, align_corners, scale)
+    half_width = 2.0 if cubic else 1.0  # interp_size * 0.5
+    support = F32(half_width * np.float64(s)) if s >= 1 else F32(half_width)
+    invscale = F32(1.0 / np.float64(s)) if s >= 1 else F32(1)
+    rows = []
+    for i in range(n_out):
+        center = F32(np.float64(s) * (i + 0.5))
+        xmin = max(int(np.float64(center - support) + 0.5), 0)
+        xsize = min(int(np.float64(center + support) + 0.5), n_in) - xmin
+        offsets = np.arange(xmin, xmin + xsize).astype(F32) - center
+        w = (_aa_cubic if cubic else _aa_linear)(((offsets.astype(np.float64) + 0.5) * np.float64(invscale)).astype(F32))
+        total = F32(0)
+        for v in w:  # a running float sum, as the C++ loop
+            total = F32(total + v)
+        rows.append((xmin, w / total if total != 0 else w))
+    taps = max(len(w) for _, w in rows)
+    idx = np.zeros((n_out, taps), np.int64)
+    weights = np.zeros((n_out, taps), F32)
+    for i, (xmin, w) in enumerate(rows):
+        idx[i] = np.minimum(xmin + np.arange(taps), n_in - 1)
+        weights[i, : len(w)] = w
+    return idx, weights
+
+
 def _taps(mode, n_in, n_out, align_corners, scale):
+    if mode in ("linear-aa", "cubic-aa"):
+        return _antialiased(n_in, n_out, align_corners, scale, cubic=mode == "cubic-aa")
     if mode == "nearest":
         return _nearest(n_in, n_out, scale)
     if mode == "nearest-exact":
@@ -97,7 +142,12 @@ def _resample(x, mode, output_size, align_corners, scales):
     m = acc_dtype(dt)
     y = x.astype(m) if mode not in ("nearest", "nearest-exact") else x
     nd = len(output_size)
-    for k, (n_out, scale) in enumerate(zip(output_size, scales)):
+    dims = list(enumerate(zip(output_size, scales)))
+    if mode.endswith("-aa"):
+        # ATen's separable order: the last dim first; a dim whose size
+        # does not change is left alone.
+        dims = [d for d in reversed(dims) if d[1][0] != y.shape[y.ndim - nd + d[0]]]
+    for k, (n_out, scale) in dims:
         axis = y.ndim - nd + k
         idx, w = _taps(mode, y.shape[axis], n_out, align_corners, scale)
         if idx.shape[1] == 1:
@@ -147,8 +197,18 @@ UPSAMPLE = {
     "upsample_bilinear2d": ("linear", 2, True),
     "upsample_trilinear3d": ("linear", 3, True),
     "upsample_bicubic2d": ("cubic", 2, True),
+    "_upsample_bilinear2d_aa": ("linear-aa", 2, True),
+    "_upsample_bicubic2d_aa": ("cubic-aa", 2, True),
 }
 
+def _floating(self, *args, **kwargs):
+    """Linear and cubic modes lower floating inputs only: ATen resamples
+    uint8 images in 16-bit fixed point (with rounding and clamping), which
+    runs on the CPU; other integer dtypes raise there."""
+    return self.dtype.is_floating_point
+
+
 for _name, (_mode, _nd, _align) in UPSAMPLE.items():
-    lower(getattr(aten, _name).default)(_forward(_mode, _nd, _align))
+    _accepts = None if _mode.startswith("nearest") else _floating
+    lower(getattr(aten, _name).default, accepts=_accepts)(_forward(_mode, _nd, _align))
     lower(getattr(aten, _name + "_backward").default)(_backward(_mode, _nd, _align))
