@@ -702,11 +702,12 @@ def test_antialiased_resampling_scale_factor_and_bf16():
 @pytest.mark.parametrize("antialias", [False, True])
 def test_uint8_images_resample_like_the_cpu(antialias):
     # ATen resamples uint8 in 16-bit fixed point with rounding and clamping:
-    # not lowered; antialiased calls run ATen's kernel on the CPU, the others
-    # PyTorch's decomposition (float math, rounded: within one level).
+    # not lowered, ATen's kernel runs on the CPU; other integer inputs raise
+    # there, as on the CPU.
     x = torch.randint(0, 256, (1, 3, 9, 11), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     for mode in ("bilinear", "bicubic"):
         expected = F.interpolate(x, size=(5, 7), mode=mode, antialias=antialias)
         out = F.interpolate(x.to(TPU), size=(5, 7), mode=mode, antialias=antialias).cpu()
-        assert out.dtype == torch.uint8
-        assert (out.int() - expected.int()).abs().max() <= (0 if antialias else 1)
+        assert out.dtype == torch.uint8 and torch.equal(out, expected)
+    with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+        F.interpolate(x.long().to(TPU), size=(5, 7), mode="bilinear", antialias=antialias)

@@ -69,6 +69,11 @@ class Unsupported(Exception):
     output shape, ...); the caller falls back."""
 
 
+class Declined(Unsupported):
+    """The op's lowering does not take these arguments (`Lowering.accepts`):
+    ATen's own kernel decides, on the CPU (not a decomposition)."""
+
+
 def device_mismatch(a, b):
     return RuntimeError(
         f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!"
@@ -487,7 +492,7 @@ def _build(entry, values, call, key):
     meta_values = _meta_values(sch, values, call)
     margs, mkwargs = sch.split(meta_values)
     if lowering.accepts is not None and not lowering.accepts(*margs, **mkwargs):
-        raise Unsupported(f"the lowering of {sch.op} does not take these arguments")
+        raise Declined(f"the lowering of {sch.op} does not take these arguments")
     try:
         meta_out = sch.op(*margs, **mkwargs)
     except (NotImplementedError, AttributeError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:

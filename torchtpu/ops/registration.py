@@ -90,6 +90,8 @@ def slow_path(name: str, overload: str, args, kwargs):
         try:
             result, kernel = dispatch.run_with_kernel(op, args, kwargs)
             return result, kernel.fastpath_spec()
+        except dispatch.Declined:
+            return fallback.run_on_cpu(op, args, kwargs), None
         except dispatch.Unsupported:
             pass
     return fallback.handle(op, args, kwargs), None
