@@ -391,25 +391,43 @@ def test_outputs_that_are_views_of_inputs_or_outputs(requires_grad, dynamic):
             assert outs[2][:, 1:].eq(7).all().item()
 
 
-def test_dynamic_batchnorm_training_updates_running_stats():
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_dynamic_batchnorm_training_updates_running_stats(kind):
     # A graph that updates an input in place (BatchNorm's running stats)
-    # under dynamic shapes: compiled per shape, with the update written back.
+    # with a padded batch: the statistics leave the padded samples out, the
+    # update is written back whole, a batch sweep costs one executable per
+    # bucket.  (Under dynamic=True the conv's spatial sizes are symbolic
+    # too: they cannot be padded -- convolution mixes neighbours -- and are
+    # kept exact.)
     torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU())
+    if kind == "linear":
+        ref = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU())
+        shape = (4,)
+    else:
+        ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                  torch.nn.MaxPool2d(2), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                  torch.nn.Linear(4, 3))
+        shape = (3, 10, 10)
     model = copy.deepcopy(ref).to("tpu")
     fn = torch.compile(model, backend="tpu", dynamic=True)
-    for batch in (3, 5, 8, 5):
-        x = torch.randn(batch, 4)
+    batches = (3, 5, 8, 6, 7, 5)
+    for batch in batches:
+        x = torch.randn(batch, *shape)
         out, want = fn(x.to("tpu")), ref(x)
-        out.square().sum().backward()
-        want.square().sum().backward()
+        weights = torch.randn(want.shape)  # (a loss without scale invariances)
+        (out * weights.to("tpu")).sum().backward()
+        (want * weights).sum().backward()
         assert_close(out, want, **TOL)
     for name in ("running_mean", "running_var", "num_batches_tracked"):
         assert_close(getattr(model[1], name), getattr(ref[1], name), **TOL)
     for p, q in zip(model.parameters(), ref.parameters()):
-        # (the Linear bias's gradient through BatchNorm is ~0: rounding noise)
+        # (a bias's gradient through BatchNorm is ~0: rounding noise)
         assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
-    assert _graph_stats()["eager_fallback_graphs"] == 0
+    stats = _graph_stats()
+    assert stats["eager_fallback_graphs"] == 0
+    # the first call's static graph, then buckets 8 and 4 (pow2 of 5..8, 3)
+    # for the dynamic one: forward and backward each -- not one per batch size
+    assert stats["compilations"] <= 2 + 2 * 2, stats["per_graph"]
 
 
 _PADDED_CASES = {

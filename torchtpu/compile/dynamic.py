@@ -28,7 +28,14 @@ aten = torch.ops.aten
 
 
 class Unpaddable(Exception):
-    """The graph cannot run on padded inputs (it is compiled per shape)."""
+    """The graph cannot run on padded inputs.  `symbols`: the symbols whose
+    padding is at fault -- the graph is retried with those kept exact (one
+    executable per value) and the others still bucketed; without any, every
+    size is exact (one executable per shape)."""
+
+    def __init__(self, reason, symbols=()):
+        super().__init__(reason)
+        self.symbols = frozenset(symbols)
 
 
 def bucket(n: int, policy) -> int:
@@ -93,6 +100,17 @@ class Shapes:
     def padded_dims(self, meta):
         return [d for d, n in enumerate(meta.shape) if self.is_padded_dim(n)]
 
+    def padded_symbols(self, metas, dims=None):
+        """The bucketed symbols in the sizes of these tensor metas (of `dims`
+        only, when given)."""
+        found = set()
+        for meta in metas:
+            if isinstance(meta, torch.Tensor):
+                for d, n in enumerate(meta.shape):
+                    if dims is None or d in dims:
+                        found |= _expr(n).free_symbols & self.bucketed
+        return found
+
     def prefix_mask(self, meta):
         """Validity of a value whose padded dims are pure symbols (None if it
         has no padded dim); Unpaddable for merged dims (no prefix)."""
@@ -104,7 +122,8 @@ class Shapes:
         for d in dims:
             expr = _expr(meta.shape[d])
             if not isinstance(expr, sympy.Symbol):
-                raise Unpaddable(f"a value of size {tuple(meta.shape)} has no mask (merged dims)")
+                raise Unpaddable(f"a value of size {tuple(meta.shape)} has no mask (merged dims)",
+                                 expr.free_symbols & self.bucketed)
             axis = lax.broadcasted_iota(jnp.int32, tuple(n if i == d else 1 for i, n in enumerate(shape)), d)
             m = axis < self.true[expr]
             mask = m if mask is None else mask & m
@@ -136,7 +155,7 @@ def _evaluate(expr, env):
         return args[0] ** int(expr.args[1])
     if type(expr).__name__ in ("FloorDiv",):
         return args[0] // args[1]
-    raise Unpaddable(f"size expression {expr}")
+    raise Unpaddable(f"size expression {expr}", expr.free_symbols)
 
 
 # ------------------------------------------------------------ op rules
@@ -164,6 +183,35 @@ PREFIX_SAFE = {
     aten.cumprod.default,
     aten.logcumsumexp.default,
 }
+
+
+# Output sample n reads input sample n only (and weights): padding along
+# dim 0 -- the batch -- never reaches a real sample.  Their outputs keep
+# the rows' mask.  (Ops that also sum over the batch -- weight gradients,
+# batch statistics -- have rules of their own below.)
+PER_SAMPLE = {
+    aten.convolution.default,
+    aten.max_pool2d_with_indices.default,
+    aten.max_pool2d_with_indices_backward.default,
+    aten.max_pool3d_with_indices.default,
+    aten.max_pool3d_with_indices_backward.default,
+    aten.avg_pool2d.default,
+    aten.avg_pool2d_backward.default,
+    aten.avg_pool3d.default,
+    aten.avg_pool3d_backward.default,
+    aten._adaptive_avg_pool2d.default,
+    aten._adaptive_avg_pool2d_backward.default,
+    aten._adaptive_avg_pool3d.default,
+    aten._adaptive_avg_pool3d_backward.default,
+    aten.adaptive_max_pool2d.default,
+    aten.adaptive_max_pool2d_backward.default,
+    aten.upsample_nearest2d.default,
+    aten.upsample_nearest2d_backward.default,
+    aten.upsample_bilinear2d.default,
+    aten.upsample_bilinear2d_backward.default,
+}
+BATCH_NORMS = {aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit_no_training.default,
+               aten._native_batch_norm_legit.no_stats}
 
 
 def _full(mask, shape):
@@ -254,7 +302,58 @@ class MaskRules:
             return self._nll(op, values, masks, lowering_fn, ctx)
         if op in (aten.embedding.default, aten.embedding_dense_backward.default):
             return self._embedding(op, values, masks, lowering_fn, ctx)
-        raise Unpaddable(f"no padding rule for {op} on padded data")
+        if op in PER_SAMPLE and (op != aten.convolution.default or values[0].ndim == values[1].ndim):
+            rows = self._rows(op, masks, in_metas)
+            result = lowering_fn(ctx, *values)
+            return result, [_rows_of(rows, m) for m in out_meta]
+        if op == aten.convolution_backward.default:
+            return self._convolution_backward(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
+        if op in BATCH_NORMS or op == aten.native_batch_norm_backward.default:
+            return self._batch_norm(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
+        masked = [meta for meta, m in zip(in_metas, masks) if m is not None]
+        raise Unpaddable(f"no padding rule for {op} on padded data", self.shapes.padded_symbols(masked))
+
+    def _rows(self, op, masks, in_metas):
+        """Which samples (dim 0) are real, for an op that is per sample:
+        Unpaddable (naming those symbols) when another dim is padded."""
+        rows = None
+        for meta, m in zip(in_metas, masks):
+            if m is None or not isinstance(meta, torch.Tensor):
+                continue
+            others = self.shapes.padded_symbols([meta], dims=set(range(1, meta.dim())))
+            if others:
+                raise Unpaddable(f"{op} on data padded beyond its batch dim", others)
+            r = jnp.any(m, axis=tuple(range(1, m.ndim))) if m.ndim > 1 else m
+            rows = r.reshape(-1) if rows is None else rows & r.reshape(-1)
+        return rows
+
+    def _convolution_backward(self, op, values, masks, in_metas, out_meta, fn, ctx):
+        # grad_weight and grad_bias sum over the batch: padded samples of
+        # grad_output and input are zeroed first
+        rows = self._rows(op, masks[:2], in_metas[:2])
+        values = list(values)
+        for i in (0, 1):
+            values[i] = _neutral(values[i], _rows_of(rows, in_metas[i]), 0)
+        return fn(ctx, *values), [_rows_of(rows, out_meta[0]), None, None]
+
+    def _batch_norm(self, op, values, masks, in_metas, out_meta, fn, ctx):
+        """Batch statistics over the real samples only (normalization.py's
+        functions take the validity); the outputs' samples keep the rows'
+        mask, the per-channel statistics need none."""
+        from ..ops.lowerings import normalization
+
+        x_pos = 1 if op == aten.native_batch_norm_backward.default else 0
+        rows = self._rows(op, masks, in_metas)
+        valid = _rows_of(rows, in_metas[x_pos])
+        out_masks = [_rows_of(rows, out_meta[0])] + [None] * (len(out_meta) - 1)
+        if op == aten._native_batch_norm_legit_functional.default:
+            return normalization.batch_norm_functional(*values, valid=valid), out_masks
+        if op == aten._native_batch_norm_legit.no_stats:
+            input, weight, bias, training, momentum, eps = values
+            return normalization.batch_norm_train(input, weight, bias, eps, valid=valid)[:3], out_masks
+        if op == aten.native_batch_norm_backward.default:
+            return normalization.batch_norm_backward(*values, valid=valid), out_masks
+        return fn(ctx, *values), out_masks  # eval: per sample
 
     def _check_from_end(self, op, values, in_metas):
         indices = {aten.slice.Tensor: (2, 3), aten.narrow.default: (2,), aten.select.int: (2,)}.get(op)
@@ -267,7 +366,8 @@ class MaskRules:
         for i in indices:
             v = values[i] if i < len(values) else None
             if isinstance(v, int) and v < 0:
-                raise Unpaddable(f"{op} counts from the end of a padded dim")
+                raise Unpaddable(f"{op} counts from the end of a padded dim",
+                                 self.shapes.padded_symbols([meta], dims={dim}))
 
     def _fresh_masks(self, out_meta):
         return [self.shapes.prefix_mask(m) if isinstance(m, torch.Tensor) else None for m in out_meta]
@@ -325,8 +425,9 @@ class MaskRules:
         normalized = values[1] if op == aten.native_layer_norm.default else values[2]
         x_meta = in_metas[x_pos]
         k = len(normalized)
-        if any(d >= x_meta.dim() - k for d in self.shapes.padded_dims(x_meta)):
-            raise Unpaddable("layer_norm over a padded dim")
+        normalized_dims = set(range(x_meta.dim() - k, x_meta.dim()))
+        if normalized_dims & set(self.shapes.padded_dims(x_meta)):
+            raise Unpaddable("layer_norm over a padded dim", self.shapes.padded_symbols([x_meta], normalized_dims))
         row_mask = None
         for m in masks:
             if m is not None:
@@ -371,6 +472,13 @@ class MaskRules:
         values[0] = _neutral(values[0], _full(rows, values[0].shape) if rows is not None else grad_mask, 0)
         values[1] = _neutral(values[1], idx_mask, 0)
         return fn(ctx, *values), [None]
+
+
+def _rows_of(rows, meta):
+    """A per-sample mask shaped to broadcast against a value like `meta`."""
+    if rows is None or not isinstance(meta, torch.Tensor) or meta.dim() == 0:
+        return None
+    return rows.reshape((-1,) + (1,) * (meta.dim() - 1))
 
 
 def _row_mask(mask):

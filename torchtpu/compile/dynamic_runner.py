@@ -110,7 +110,8 @@ class DynamicCalls:
         boxes.drain()
         graph = self.graph
         true_values, sizes = _symbol_values(graph, args)
-        shapes = Shapes.for_call(true_values, "exact" if self.exact else self.options.dynamic_buckets, sizes)
+        policy = "exact" if self.exact else self.options.dynamic_buckets
+        shapes = Shapes.for_call(true_values, policy, sizes - self.exact_symbols)
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype(), self.exact, shapes.key()]
         padded = []  # placeholder index -> padded array, for inputs with symbolic dims
@@ -135,8 +136,14 @@ class DynamicCalls:
             except Unpaddable as reason:
                 if self.exact:
                     raise
-                log.info("torchtpu.compile: %s is compiled per shape: %s", self.name, reason)
-                self.exact = True
+                at_fault = set(reason.symbols) & shapes.bucketed
+                if at_fault:
+                    names = ", ".join(sorted(map(str, at_fault)))
+                    log.info("torchtpu.compile: %s keeps %s exact: %s", self.name, names, reason)
+                    self.exact_symbols |= at_fault
+                else:
+                    log.info("torchtpu.compile: %s is compiled per shape: %s", self.name, reason)
+                    self.exact = True
                 return self._call_dynamic(args)
         flat = [call.entries[s][0] for s in exe.input_slots] + padded + list(call.dyn)
         flat += [np.int64(shapes.true[s]) for s in sorted(shapes.true, key=str)]
@@ -183,20 +190,23 @@ class DynamicCalls:
     def _build_dynamic(self, args, call, key, shapes):
         t0 = time.perf_counter()
         graph = self.graph
-        if graph.mutated_placeholders and not self.exact:
-            # (a padded new value would need its real elements picked out first)
-            raise Unpaddable("the graph mutates its inputs")
+        padded_positions = [
+            i for i, (node, a) in enumerate(zip(graph.placeholders, args))
+            if isinstance(a, torch.Tensor) and isinstance(node.meta.get("val"), torch.Tensor)
+            and any(isinstance(d, torch.SymInt) for d in node.meta["val"].shape)
+        ]
+        mutated_metas = [graph.placeholders[i].meta.get("val") for i in graph.mutated_placeholders]
+        if not self.exact and shapes.padded_symbols(mutated_metas):
+            # (a padded new value would need its real elements picked out
+            # first; inputs of static shape -- BatchNorm's running stats, an
+            # optimizer's state -- are written back whole)
+            raise Unpaddable("the graph mutates an input of padded shape", shapes.padded_symbols(mutated_metas))
         exe = _DynamicExecutable()
         exe.mutated = sorted(graph.mutated_placeholders)
         exe.input_slots = [s for s, e in enumerate(call.entries) if e is not None]
         n_in = len(exe.input_slots)
         symbols = sorted(shapes.true, key=str)
         placeholders = {p: i for i, p in enumerate(graph.placeholders)}
-        padded_positions = [
-            i for i, (node, a) in enumerate(zip(graph.placeholders, args))
-            if isinstance(a, torch.Tensor) and isinstance(node.meta.get("val"), torch.Tensor)
-            and any(isinstance(d, torch.SymInt) for d in node.meta["val"].shape)
-        ]
         exe.arg_sources = []
         fresh_values = []
         for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):

@@ -47,6 +47,7 @@ class CompiledGraph(DynamicCalls):
         self.out_nodes = list(out_node.args[0])
         self.symbolic = graph.symbolic
         self.exact = False  # a dynamic graph that cannot be padded: one executable per shape
+        self.exact_symbols = set()  # symbols kept exact because padding them cannot work
 
     def __call__(self, *args):
         if self.symbolic:

@@ -42,11 +42,20 @@ def _rsqrt(v):
 # ---------------------------------------------------------------- batch norm
 
 
-def _batch_stats(x):
+def _batch_stats(x, valid=None):
+    """Per-channel mean and biased variance, and the count they are over.
+    `valid` (broadcastable to x): which samples are real -- padded ones
+    (torch.compile dynamic=True, see compile/dynamic.py) are left out."""
     axes = _reduce_axes(x)
-    mean = jnp.mean(x, axis=axes)
-    var = jnp.mean(jnp.square(x - mean.reshape(_channel_shape(x))), axis=axes)
-    return mean, var
+    if valid is None:
+        mean = jnp.mean(x, axis=axes)
+        var = jnp.mean(jnp.square(x - mean.reshape(_channel_shape(x))), axis=axes)
+        return mean, var, x.size // x.shape[1]
+    valid = jnp.broadcast_to(valid, x.shape)
+    n = jnp.sum(valid, axis=axes).astype(x.dtype)
+    mean = jnp.sum(jnp.where(valid, x, 0), axis=axes) / n
+    var = jnp.sum(jnp.where(valid, jnp.square(x - mean.reshape(_channel_shape(x))), 0), axis=axes) / n
+    return mean, var, n
 
 
 def _bn_apply(x, mean, invstd, weight, bias, acc):
@@ -59,12 +68,12 @@ def _bn_apply(x, mean, invstd, weight, bias, acc):
     return out
 
 
-def _bn_train(input, weight, bias, eps):
+def batch_norm_train(input, weight, bias, eps, valid=None):
     acc = acc_dtype(input.dtype)
     x = input.astype(acc)
-    mean, var = _batch_stats(x)
+    mean, var, n = _batch_stats(x, valid)
     invstd = _rsqrt(var + eps)
-    return _bn_apply(x, mean, invstd, weight, bias, acc), mean, invstd, var
+    return _bn_apply(x, mean, invstd, weight, bias, acc), mean, invstd, var, n
 
 
 def _bn_eval(input, weight, bias, running_mean, running_var, eps):
@@ -81,12 +90,20 @@ def _bn_eval(input, weight, bias, running_mean, running_var, eps):
 
 @lower(aten._native_batch_norm_legit_functional, traced=("momentum",))  # momentum=None: 1/steps
 def native_batch_norm_legit_functional(ctx, input, weight, bias, running_mean, running_var, training, momentum, eps):
+    return batch_norm_functional(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def batch_norm_functional(input, weight, bias, running_mean, running_var, training, momentum, eps, valid=None):
+    """(out, save_mean, save_invstd, new running_mean, new running_var); the
+    statistics over the `valid` samples only, when given."""
     if not training:
         out, mean, invstd = _bn_eval(input, weight, bias, running_mean, running_var, eps)
         return out, mean, invstd, running_mean, running_var
-    out, mean, invstd, var = _bn_train(input, weight, bias, eps)
-    n = input.size // input.shape[1]
-    unbiased = var * (n / (n - 1)) if n > 1 else var * jnp.inf
+    out, mean, invstd, var, n = batch_norm_train(input, weight, bias, eps, valid)
+    if valid is None:
+        unbiased = var * (n / (n - 1)) if n > 1 else var * jnp.inf
+    else:
+        unbiased = jnp.where(n > 1, var * (n / jnp.maximum(n - 1, 1)), var * jnp.inf)
     acc = mean.dtype
     new_mean = running_mean.astype(acc) * (1 - momentum) + mean * momentum
     new_var = running_var.astype(acc) * (1 - momentum) + unbiased * momentum
@@ -95,7 +112,7 @@ def native_batch_norm_legit_functional(ctx, input, weight, bias, running_mean, r
 
 @lower(aten._native_batch_norm_legit.no_stats)
 def native_batch_norm_legit_no_stats(ctx, input, weight, bias, training, momentum, eps):
-    out, mean, invstd, _ = _bn_train(input, weight, bias, eps)
+    out, mean, invstd, _, _ = batch_norm_train(input, weight, bias, eps)
     return out, mean, invstd
 
 
@@ -127,11 +144,21 @@ def native_batch_norm(*args, **kwargs):
 def native_batch_norm_backward(
     ctx, grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask
 ):
+    return batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train,
+                               eps, output_mask)
+
+
+def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                        output_mask, valid=None):
+    """The gradients; padded samples (`valid` false) count for nothing."""
     acc = acc_dtype(input.dtype)
     x = input.astype(acc)
     g = grad_out.astype(acc)
     shape = _channel_shape(x)
     axes = _reduce_axes(x)
+    if valid is not None:
+        valid = jnp.broadcast_to(valid, x.shape)
+        x, g = jnp.where(valid, x, 0), jnp.where(valid, g, 0)
     if train:
         mean, invstd = save_mean.astype(acc), save_invstd.astype(acc)
     else:
@@ -145,7 +172,7 @@ def native_batch_norm_backward(
     if output_mask[0]:
         scale = (invstd * w).reshape(shape)
         if train:
-            n = input.size // input.shape[1]
+            n = input.size // input.shape[1] if valid is None else jnp.sum(valid, axis=axes).astype(acc)
             k = (dot * invstd * invstd / n).reshape(shape)
             grad_input = (g - (grad_sum / n).reshape(shape) - centered * k) * scale
         else:
