@@ -4,6 +4,7 @@ randomized programs."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 CASES = {
     "copy_ partial overlap": lambda d: _shared(d, lambda a: a[1:5].copy_(a[:4])),
@@ -17,6 +18,12 @@ CASES = {
     "addmm mixed": lambda d: torch.addmm(torch.ones(2, 2, device=d), torch.ones(2, 3, device=d),
                                          torch.ones(3, 2, dtype=torch.int32, device=d)),
     "mm bool": lambda d: torch.ones(2, 3, dtype=torch.bool, device=d) @ torch.ones(3, 2, dtype=torch.bool, device=d),
+    # adaptive pooling is floating-point only in ATen (CPU and CUDA): a
+    # uint8 image raises instead of overflowing a sum
+    "adaptive_avg_pool2d uint8": lambda d: F.adaptive_avg_pool2d(torch.ones(1, 2, 4, 4, dtype=torch.uint8, device=d), 2),
+    "area interpolate uint8": lambda d: F.interpolate(torch.ones(1, 2, 4, 4, dtype=torch.uint8, device=d), size=2, mode="area"),
+    "adaptive_max_pool2d int64": lambda d: F.adaptive_max_pool2d(torch.ones(1, 2, 4, 4, dtype=torch.int64, device=d), 2),
+    "adaptive_avg_pool3d bool": lambda d: F.adaptive_avg_pool3d(torch.ones(1, 2, 2, 2, 2, dtype=torch.bool, device=d), 1),
     "bmm bool": lambda d: torch.bmm(torch.ones(1, 2, 2, dtype=torch.bool, device=d), torch.ones(1, 2, 2, dtype=torch.bool, device=d)),
     "cat zero-dim": lambda d: torch.cat([torch.tensor(1.0, device=d), torch.tensor(2.0, device=d)]),
     "int add with float alpha": lambda d: torch.add(torch.ones(3, dtype=torch.int64, device=d), 2, alpha=1.5),

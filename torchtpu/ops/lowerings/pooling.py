@@ -23,6 +23,7 @@ from jax import lax
 
 from ..registry import lower
 from .common import acc_dtype
+from .reductions import reject
 
 aten = torch.ops.aten
 
@@ -319,13 +320,20 @@ def _outer_prod(arrays):
     return total
 
 
+# ATen's adaptive pooling kernels are floating-point only (the CPU and
+# CUDA ones alike): integer inputs raise rather than overflow a sum.
+_NOT_FLOAT = ("int", "bool")
+
+
 @lower(aten._adaptive_avg_pool2d)
 def adaptive_avg_pool2d(ctx, self, output_size):
+    reject("adaptive_avg_pool2d", self.dtype, _NOT_FLOAT)
     return _adaptive_avg(ctx, self, 2)
 
 
 @lower(aten._adaptive_avg_pool3d)
 def adaptive_avg_pool3d(ctx, self, output_size):
+    reject("adaptive_avg_pool3d_cpu", self.dtype, _NOT_FLOAT)
     return _adaptive_avg(ctx, self, 3)
 
 
@@ -363,11 +371,13 @@ def _adaptive_max(ctx, x, nd):
 
 @lower(aten.adaptive_max_pool2d)
 def adaptive_max_pool2d(ctx, self, output_size):
+    reject("adaptive_max_pool2d", self.dtype, _NOT_FLOAT)
     return _adaptive_max(ctx, self, 2)
 
 
 @lower(aten.adaptive_max_pool3d)
 def adaptive_max_pool3d(ctx, self, output_size):
+    reject("adaptive_max_pool3d_cpu", self.dtype, _NOT_FLOAT)
     return _adaptive_max(ctx, self, 3)
 
 
