@@ -313,6 +313,29 @@ def test_persistent_cache_second_process(tmp_path):
     assert hits2 == compiled2  # every graph of the second process came from disk
 
 
+def test_dynamic_sizes_kept_exact_do_not_share_executables_with_buckets(tmp_path):
+    # flip(0) has no padding rule: the batch size is kept exact after the
+    # first try, and an executable for exactly 4 rows is stored.  A new
+    # process tries the bucketed batch first: 3 rows padded to 4 must not
+    # load the exact one (it has no masks: the padded row would count).
+    script = textwrap.dedent(
+        """
+        import torch, torchtpu
+        f = lambda x: x.flip(0)[0] + x.mean(0)
+        fn = torch.compile(f, backend="tpu", dynamic=True)
+        for n in (3, 4, 3):
+            x = torch.randn(n, 4)  # (4: its own bucket)
+            print("ERR", n, (fn(x.to("tpu")).cpu() - f(x)).abs().max().item())
+        """
+    )
+    env = dict(os.environ, TORCHTPU_COMPILE_CACHE_DIR=str(tmp_path / "cache"))
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+        errors = [float(ln.split()[2]) for ln in out.stdout.splitlines() if ln.startswith("ERR")]
+        assert len(errors) == 3, out.stderr[-3000:]
+        assert max(errors) < 1e-5, out.stdout
+
+
 class _Attention(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -77,7 +77,9 @@ class Shapes:
         return Shapes({**true_values, **known}, self.padded, self.bucketed)
 
     def key(self):
-        return tuple(sorted((str(s), v) for s, v in self.padded.items()))
+        """Padded sizes, and which are bucketed: an executable for true size 4
+        kept exact must not serve sizes 3..4 padded to 4 (it has no masks)."""
+        return tuple(sorted((str(s), v, s in self.bucketed) for s, v in self.padded.items()))
 
     def true_value(self, x):
         """A symbolic scalar's true value (traced inside the executable)."""
