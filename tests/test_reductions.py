@@ -300,6 +300,15 @@ def test_logsumexp(dtype):
     check(lambda a: (a.logsumexp(1), a.logsumexp((0, 2), keepdim=True), a.logsumexp(-1)), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_logsumexp_16_bit_rounds_like_aten(dtype):
+    # ATen's logsumexp is a composite that rounds to the 16-bit type after
+    # each op (CUDA runs the same composite): bit-exact, not just close.
+    x = (torch.randn(50, 7, 9, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    for dim in (0, 1, (1, 2)):
+        assert torch.equal(x.to(TPU).logsumexp(dim).cpu(), x.logsumexp(dim)), dim
+
+
 def test_logsumexp_infinities():
     x = torch.randn(5, 3) * 50
     x[0] = -inf  # all -inf row: -inf

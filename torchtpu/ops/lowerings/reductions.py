@@ -403,13 +403,15 @@ def norm_dim_dtype(ctx, self, p, dim, keepdim, dtype):
 # ---------------------------------------------------------------- logsumexp
 
 
-def _logsumexp(x, axes, keepdim):
+def _logsumexp(x, axes, keepdim, rounded=lambda v: v):
     """log(sum(exp(x))) along axes, stable; +-inf maxima are not subtracted
-    (as ATen does), so all -inf gives -inf and any +inf gives +inf."""
+    (as ATen does), so all -inf gives -inf and any +inf gives +inf.
+    `rounded` is applied after each step (ATen's composite rounds 16-bit
+    values op by op; CUDA runs the same composite)."""
     m = jnp.max(x, axis=axes, keepdims=True, initial=-jnp.inf)
     m = jnp.where(jnp.isinf(m), jnp.zeros((), x.dtype), m)
-    s = jnp.sum(jnp.exp(x - m), axis=axes, keepdims=True)
-    r = jnp.log(s) + m
+    s = rounded(jnp.sum(rounded(jnp.exp(rounded(x - m))), axis=axes, keepdims=True))
+    r = rounded(rounded(jnp.log(s)) + m)
     if not keepdim:
         r = jnp.squeeze(r, axis=axes) if axes else r
     return r
@@ -418,8 +420,10 @@ def _logsumexp(x, axes, keepdim):
 @lower(aten.logsumexp.default, aten.logsumexp.out)
 def logsumexp(ctx, self, dim, keepdim=False):
     out = ctx.out_dtype
-    x = self.astype(acc_dtype(out))
-    return _logsumexp(x, _axes(dim, self.ndim), keepdim)
+    acc = acc_dtype(out)
+    x = self.astype(out).astype(acc)
+    rounded = (lambda v: v.astype(out).astype(acc)) if acc != jnp.dtype(out) else (lambda v: v)
+    return _logsumexp(x, _axes(dim, self.ndim), keepdim, rounded)
 
 
 # ---------------------------------------------------------------- any / all / count_nonzero
