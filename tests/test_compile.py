@@ -490,6 +490,18 @@ def test_dynamic_shapes_padding_rules(name):
             assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-4)
 
 
+def test_dynamic_python_sum_of_sizes_compiles_whole():
+    # dynamo turns sum() of symbolic sizes into torch.sym_sum
+    def f(x):
+        return x.sum() + torch.arange(sum([x.shape[0], x.shape[1], 1]), device=x.device).float().sum()
+
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (3, 5, 6):
+        x = torch.randn(n, n + 2)
+        assert_close(fn(x.to("tpu")), f(x), **TOL)
+    assert _graph_stats()["eager_fallback_graphs"] == 0
+
+
 def test_dynamic_integer_arguments_keep_their_value():
     # An int argument becomes a symbol under dynamic=True like a size; a size
     # is padded up to its bucket, an index or a count must not be (row 3 read

@@ -513,6 +513,7 @@ SYMBOLIC_OPS = {
     torch.sym_int,
     torch.sym_max,
     torch.sym_min,
+    torch.sym_sum,
 }
 SIZE_QUERIES = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
 
