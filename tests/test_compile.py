@@ -453,6 +453,38 @@ def test_dynamic_batchnorm_training_updates_running_stats(kind):
     assert stats["compilations"] <= 2 + 2 * 2, stats["per_graph"]
 
 
+_PER_SAMPLE_MODELS = {
+    "groupnorm": lambda: torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.GroupNorm(2, 4),
+                                             torch.nn.SiLU(), torch.nn.Conv2d(4, 2, 1)),
+    "pooling": lambda: torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                           torch.nn.AvgPool2d(2, ceil_mode=True), torch.nn.AdaptiveAvgPool2d(1),
+                                           torch.nn.Flatten(), torch.nn.Linear(4, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PER_SAMPLE_MODELS))
+def test_dynamic_per_sample_ops_pad_the_batch(name):
+    # Convolution, pooling and GroupNorm treat each sample alone: a padded
+    # batch is harmless (weight gradients leave the padded samples out).
+    torch.manual_seed(0)
+    ref = _PER_SAMPLE_MODELS[name]()
+    model = copy.deepcopy(ref).to("tpu")
+    fn = torch.compile(model, backend="tpu", dynamic=True)
+    for batch in (3, 5, 8, 6, 7, 5):
+        x = torch.randn(batch, 2, 8, 8)
+        out, want = fn(x.to("tpu")), ref(x)
+        weights = torch.randn(want.shape)
+        (out * weights.to("tpu")).sum().backward()
+        (want * weights).sum().backward()
+        assert_close(out, want, **TOL)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+            p.grad = q.grad = None
+    stats = _graph_stats()
+    assert stats["eager_fallback_graphs"] == 0
+    assert stats["compilations"] <= 2 + 2 * 2, stats["per_graph"]
+
+
 _PADDED_CASES = {
     # counting from the end of a padded dim: the padding is there
     "slice from the end": lambda x: (x * 2)[..., :-1] + 1,

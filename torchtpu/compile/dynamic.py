@@ -173,7 +173,8 @@ PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, at
 # Factories lowered with the views (graph_only.py): a *_like output is as
 # real as the input it takes its shape from; a new_* one (sizes given) is
 # fresh.  (Not views: their value does not come from the input's elements.)
-LIKE_FACTORIES = {aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.empty_like.default}
+LIKE_FACTORIES = {aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.empty_like.default,
+                  aten.fill.Scalar, aten.fill.Tensor}
 NEW_FACTORIES = {aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
                  aten.new_empty_strided.default}
 # Each output element depends only on elements at smaller-or-equal indices
@@ -211,6 +212,7 @@ PER_SAMPLE = {
     aten.upsample_nearest2d_backward.default,
     aten.upsample_bilinear2d.default,
     aten.upsample_bilinear2d_backward.default,
+    aten.native_group_norm.default,
 }
 BATCH_NORMS = {aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit_no_training.default,
                aten._native_batch_norm_legit.no_stats}
@@ -310,6 +312,11 @@ class MaskRules:
             return result, [_rows_of(rows, m) for m in out_meta]
         if op == aten.convolution_backward.default:
             return self._convolution_backward(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
+        if op == aten.native_group_norm_backward.default:
+            # per sample, but grad_weight/grad_bias sum over the batch
+            rows = self._rows(op, masks, in_metas)
+            values = [_neutral(values[0], _rows_of(rows, in_metas[0]), 0)] + list(values[1:])
+            return lowering_fn(ctx, *values), [_rows_of(rows, out_meta[0]), None, None]
         if op in BATCH_NORMS or op == aten.native_batch_norm_backward.default:
             return self._batch_norm(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
         masked = [meta for meta, m in zip(in_metas, masks) if m is not None]
