@@ -174,19 +174,21 @@ def _histogram_meta(self, bins=100, *, range=None, weight=None, density=False, h
     return _out_or_new(hist, self, (count,)), _out_or_new(bin_edges, self, (count + 1,))
 
 
-def _bin_edges_meta(self, bins, *, range=None, weight=None, density=False, out=None):
+def _check_dd_counts(self, bins, range, weight):
+    """histogramdd's checks for a bin count per dimension."""
     D = _points(self)
     _check_input(self, weight, self.shape)
     _check_bin_counts(bins, D)
     _static_range(range, D)
+
+
+def _bin_edges_meta(self, bins, *, range=None, weight=None, density=False, out=None):
+    _check_dd_counts(self, bins, range, weight)
     return [self.new_empty((b + 1,)) for b in bins] if out is None else [o.resize_((b + 1,)) for o, b in zip(out, bins)]
 
 
 def _from_counts_meta(self, bins, *, range=None, weight=None, density=False, out=None):
-    D = _points(self)
-    _check_input(self, weight, self.shape)
-    _check_bin_counts(bins, D)
-    _static_range(range, D)
+    _check_dd_counts(self, bins, range, weight)
     return _out_or_new(out, self, tuple(bins))
 
 
