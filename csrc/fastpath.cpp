@@ -75,7 +75,8 @@ enum ReturnKind : int {
   kReturnFresh = 0,
   kReturnArg = 1,
   kReturnNone = 2,
-  kReturnFreshList = 3
+  kReturnFreshList = 3,
+  kReturnInt = 4  // a size the op returns (attention's max_q/max_k): refs[0]
 };
 
 struct Spec {
@@ -660,6 +661,9 @@ void run_spec(
         stack->emplace_back(std::move(list));
         break;
       }
+      case kReturnInt:
+        stack->emplace_back(static_cast<int64_t>(refs[0]));
+        break;
       default:
         stack->emplace_back(at::Tensor());
     }

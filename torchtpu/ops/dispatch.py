@@ -276,6 +276,8 @@ class _Kernel:
                 returns.append((2, []))
             elif kind == "fresh_list":
                 returns.append((3, list(ref)))
+            elif kind == "int" and -(2**31) <= ref < 2**31:
+                returns.append((4, [ref]))
             else:
                 return None
         writes = [(0 if kind == "fresh" else 1, ref) for kind, ref in self.writes]
@@ -405,6 +407,8 @@ def _assemble(returns, values, fresh):
         elif kind == "view":
             position, sizes, strides, offset = ref
             out.append(values[position].as_strided(sizes, strides, offset))
+        elif kind == "int":
+            out.append(ref)
         else:
             out.append(None)
     if len(out) == 1:
@@ -531,6 +535,9 @@ def _build(entry, values, call, key):
             kernel.returns.append(("fresh_list", refs))
         elif m is None:
             kernel.returns.append(("none", None))
+            expected.append((None, None))
+        elif isinstance(m, int):  # a size (attention's max_q/max_k): known from the meta kernel
+            kernel.returns.append(("int", m))
             expected.append((None, None))
         elif m.storage_offset() != 0:
             # (as_strided_scatter keeps self's storage layout): the kernel

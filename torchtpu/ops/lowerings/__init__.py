@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     activations,
     amp,
     assertions,
+    attention,
     complex_ops,
     conv,
     core,

@@ -1,0 +1,173 @@
+"""scaled_dot_product_attention as one op, forward and backward.
+
+csrc/attention.cpp answers ATen's backend question for `tpu` with
+"overrideable", so `F.scaled_dot_product_attention` reaches us as
+`_scaled_dot_product_fused_attention_overrideable` (eager and compiled
+graphs alike) instead of ATen's math path of separate matmuls and softmax.
+
+Semantics are ATen's: scores = q @ k^T * scale (+ attn_bias; boolean masks
+arrive already turned into 0 / -inf by ATen), top-left aligned causal mask,
+grouped-query attention when k/v have fewer heads (query head h reads
+key/value head h // (Hq / Hkv), as `repeat_interleave` in the math path), and
+a query row whose keys are all masked out gives zeros, not NaN.  Scores,
+softmax and the row's log-sum-exp are computed in float32 (float64 for
+double inputs); the output rounds once to the input dtype, as CPU and CUDA
+flash attention do.
+
+The backward is flash attention's: the saved log-sum-exp rebuilds the
+probabilities without another max/sum pass, and the gradient of the scores
+also gives attn_bias's gradient (a learned bias, e.g. T5's relative
+positions), summed over the dims the bias was broadcast along.
+
+On TPU and GPU the forward runs as a Pallas kernel (torchtpu/pallas/); the
+functions here are the XLA reference it is tested against.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ...pallas import attention as pallas_attention
+from ...runtime import devices
+from ..registry import lower
+from .common import acc_dtype
+
+aten = torch.ops.aten
+
+
+def _scale(query, scale):
+    return 1.0 / np.sqrt(query.shape[-1]) if scale is None else scale
+
+
+def _group(query, key):
+    """How many query heads share one key/value head."""
+    return query.shape[-3] // key.shape[-3]
+
+
+def _repeat_heads(x, group):
+    return x if group == 1 else jnp.repeat(x, group, axis=-3)
+
+
+def _sum_groups(x, group):
+    """Gradient of _repeat_heads: sum each group of query heads."""
+    if group == 1:
+        return x
+    shape = x.shape[:-3] + (x.shape[-3] // group, group) + x.shape[-2:]
+    return x.reshape(shape).sum(axis=-3)
+
+
+def _dot(ctx, a, b, contract):
+    """Batched over all leading dims, in the accumulation dtype (16-bit
+    operands widen to float32 first: their products are exact there)."""
+    batch = tuple(range(a.ndim - 2))
+    common = jnp.promote_types(a.dtype, b.dtype)
+    acc = acc_dtype(common)
+    precision = ctx.precision if common == jnp.float32 else lax.Precision.HIGHEST
+    return lax.dot_general(a.astype(acc), b.astype(acc), (contract, (batch, batch)), precision=precision)
+
+
+def _scores(ctx, query, key, attn_bias, is_causal, scale, key_valid):
+    """q @ k^T * scale, plus the bias and the causal mask, in float32/64.
+    key_valid (dynamic shapes: False for padded keys) masks like the causal
+    mask does."""
+    s = _dot(ctx, query, key, ((query.ndim - 1,), (key.ndim - 1,))) * jnp.asarray(scale, acc_dtype(query.dtype))
+    if attn_bias is not None:
+        s = s + attn_bias.astype(s.dtype)
+    if is_causal:
+        length, source = s.shape[-2:]
+        s = jnp.where(jnp.tril(jnp.ones((length, source), jnp.bool_)), s, -jnp.inf)
+    if key_valid is not None:
+        s = jnp.where(key_valid, s, -jnp.inf)
+    return s
+
+
+def _zero_where_not(valid, *xs):
+    """Padded rows (dynamic shapes) zeroed: they may hold anything, NaN too."""
+    if valid is None:
+        return xs
+    return tuple(jnp.where(valid, x, jnp.zeros((), x.dtype)) for x in xs)
+
+
+def _finite_or(x, fill):
+    return jnp.where(jnp.isfinite(x), x, fill)
+
+
+def attention_forward(ctx, query, key, value, attn_bias, is_causal, scale, key_valid=None):
+    """(output in the input dtype, log-sum-exp per query row in float32/64).
+    key_valid: (..., 1, S), False for padded keys (compile/dynamic.py)."""
+    group = _group(query, key)
+    key, value = _repeat_heads(key, group), _repeat_heads(value, group)
+    rows = None if key_valid is None else jnp.swapaxes(key_valid, -1, -2)
+    key, value = _zero_where_not(rows, key, value)
+    s = _scores(ctx, query, key, attn_bias, is_causal, _scale(query, scale), key_valid)
+    row_max = _finite_or(jnp.max(s, axis=-1, keepdims=True), 0.0)  # fully masked rows: no max
+    p = jnp.exp(s - row_max)
+    total = jnp.sum(p, axis=-1, keepdims=True)
+    out = _dot(ctx, p, value, ((p.ndim - 1,), (value.ndim - 2,)))
+    out = out * jnp.where(total > 0, 1.0 / jnp.where(total > 0, total, 1.0), 0.0)
+    lse = (jnp.log(total) + row_max)[..., 0]  # -inf for a fully masked row
+    return out.astype(query.dtype), lse
+
+
+def _reduce_to(grad, shape):
+    """Sum a broadcast result's gradient back to the operand's shape."""
+    extra = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(extra))) if extra else grad
+    dims = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=dims, keepdims=True) if dims else grad
+
+
+def attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is_causal, scale,
+                       query_valid=None, key_valid=None):
+    """(grad_query, grad_key, grad_value, grad_attn_bias or None).
+    query_valid: (..., L, 1), key_valid: (..., 1, S), False for padded rows."""
+    group = _group(query, key)
+    k, v = _repeat_heads(key, group), _repeat_heads(value, group)
+    k, v = _zero_where_not(None if key_valid is None else jnp.swapaxes(key_valid, -1, -2), k, v)
+    query, grad_out, out = _zero_where_not(query_valid, query, grad_out, out)
+    scale = _scale(query, scale)
+    s = _scores(ctx, query, k, attn_bias, is_causal, scale, key_valid)
+    acc = s.dtype
+    # exp(s - lse): the softmax rebuilt from the saved log-sum-exp.  A fully
+    # masked row has lse = -inf and s = -inf: its probabilities are 0.
+    p = jnp.exp(s - jnp.where(jnp.isneginf(lse), jnp.inf, lse.astype(acc))[..., None])
+    if query_valid is not None:
+        p = jnp.where(query_valid, p, 0.0)
+    g = grad_out.astype(acc)
+    grad_v = _dot(ctx, jnp.swapaxes(p, -1, -2), g, ((p.ndim - 1,), (g.ndim - 2,)))
+    grad_p = _dot(ctx, g, v, ((g.ndim - 1,), (v.ndim - 1,)))
+    row = jnp.sum(g * out.astype(acc), axis=-1, keepdims=True)  # = sum_j p_ij * grad_p_ij
+    grad_s = p * (grad_p - row)
+    scaled = grad_s * jnp.asarray(scale, acc)
+    grad_q = _dot(ctx, scaled, k, ((scaled.ndim - 1,), (k.ndim - 2,)))
+    grad_k = _dot(ctx, jnp.swapaxes(scaled, -1, -2), query, ((scaled.ndim - 1,), (query.ndim - 2,)))
+    grad_bias = None if attn_bias is None else _reduce_to(grad_s, attn_bias.shape).astype(attn_bias.dtype)
+    return (
+        grad_q.astype(query.dtype),
+        _sum_groups(grad_k, group).astype(key.dtype),
+        _sum_groups(grad_v, group).astype(value.dtype),
+        grad_bias,
+    )
+
+
+@lower(aten._scaled_dot_product_fused_attention_overrideable)
+def fused_attention(ctx, query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+                    return_debug_mask=False, scale=None):
+    # (csrc/attention.cpp sends only dropout-free calls here)
+    if dropout_p != 0.0:
+        raise NotImplementedError("torchtpu: fused attention with dropout; the math path handles dropout")
+    kernel = pallas_attention.attention(query, key, value, attn_bias, is_causal, _scale(query, scale), ctx.precision,
+                                        devices.platform())
+    out, lse = kernel if kernel is not None else attention_forward(ctx, query, key, value, attn_bias, is_causal, scale)
+    lse = lse.reshape(ctx.out_meta[1].shape)  # (3-d inputs: a batch of 1)
+    seed = offset = jnp.zeros((), jnp.int64)
+    return out, lse, None, None, query.shape[-2], key.shape[-2], seed, offset, None
+
+
+@lower(aten._scaled_dot_product_fused_attention_overrideable_backward)
+def fused_attention_backward(ctx, grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                             cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                             philox_offset, scale=None):
+    lse = logsumexp.reshape(query.shape[:-1])
+    return attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is_causal, scale)
