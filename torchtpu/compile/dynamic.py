@@ -218,6 +218,10 @@ BATCH_NORMS = {aten._native_batch_norm_legit_functional.default, aten._native_ba
                aten._native_batch_norm_legit.no_stats}
 
 
+ATTENTION = {aten._scaled_dot_product_fused_attention_overrideable.default,
+             aten._scaled_dot_product_fused_attention_overrideable_backward.default}
+
+
 def _full(mask, shape):
     return None if mask is None else jnp.broadcast_to(mask, shape)
 
@@ -319,6 +323,8 @@ class MaskRules:
             return lowering_fn(ctx, *values), [_rows_of(rows, out_meta[0]), None, None]
         if op in BATCH_NORMS or op == aten.native_batch_norm_backward.default:
             return self._batch_norm(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
+        if op in ATTENTION:
+            return self._attention(op, values, masks, in_metas, ctx)
         masked = [meta for meta, m in zip(in_metas, masks) if m is not None]
         raise Unpaddable(f"no padding rule for {op} on padded data", self.shapes.padded_symbols(masked))
 
@@ -363,6 +369,50 @@ class MaskRules:
         if op == aten.native_batch_norm_backward.default:
             return normalization.batch_norm_backward(*values, valid=valid), out_masks
         return fn(ctx, *values), out_masks  # eval: per sample
+
+    def _attention(self, op, values, masks, in_metas, ctx):
+        """Fused attention with padded batch or sequence dims: padded keys
+        get no probability (the score is -inf), padded query rows are
+        garbage in the forward and contribute nothing to the backward.
+        Padded heads or head dims are Unpaddable."""
+        from ..ops.lowerings import attention
+
+        forward = op == aten._scaled_dot_product_fused_attention_overrideable.default
+        q_pos = 0 if forward else 1
+        q_meta, k_meta = in_metas[q_pos], in_metas[q_pos + 1]
+        inner = self.shapes.padded_symbols([q_meta, k_meta, in_metas[q_pos + 2]], dims={1, 3})
+        if inner:
+            raise Unpaddable(f"{op} with padded heads or head dims", inner)
+
+        def validity(position):  # (B or 1, 1, n, 1): which rows of q/k/v are real
+            m = masks[position]
+            if m is None:
+                return None
+            return jnp.any(_full(m, values[position].shape), axis=(1, 3), keepdims=True)
+
+        q_rows, k_rows = validity(q_pos), validity(q_pos + 1)
+        v_rows = validity(q_pos + 2)
+        if v_rows is not None:
+            k_rows = v_rows if k_rows is None else k_rows & v_rows
+        key_valid = None if k_rows is None else jnp.swapaxes(k_rows, -1, -2)  # (B, 1, 1, S)
+        if forward:
+            query, key, value, bias, dropout_p, is_causal, _, scale = values
+            out, lse = attention.attention_forward(ctx, query, key, value, bias, is_causal, scale,
+                                                   key_valid=key_valid)
+            result = (out, lse, None, None, query.shape[-2], key.shape[-2],
+                      jnp.zeros((), jnp.int64), jnp.zeros((), jnp.int64), None)
+            lse_mask = None if q_rows is None else q_rows[..., 0]
+            return result, [q_rows, lse_mask] + [None] * 7
+        grad_out, query, key, value, bias = values[:5]
+        out, lse, is_causal = values[6], values[7], values[13]
+        scale = values[16] if len(values) > 16 else None
+        rows = q_rows
+        if masks[0] is not None:
+            g_rows = jnp.any(_full(masks[0], grad_out.shape), axis=(1, 3), keepdims=True)
+            rows = g_rows if rows is None else rows & g_rows
+        grads = attention.attention_backward(ctx, grad_out, query, key, value, bias, out, lse.reshape(query.shape[:-1]),
+                                             is_causal, scale, query_valid=rows, key_valid=key_valid)
+        return grads, [q_rows, k_rows, k_rows, masks[4]]
 
     def _check_from_end(self, op, values, in_metas):
         indices = {aten.slice.Tensor: (2, 3), aten.narrow.default: (2,), aten.select.int: (2,)}.get(op)
