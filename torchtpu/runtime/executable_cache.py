@@ -41,7 +41,8 @@ stats = {"hits": 0, "misses": 0, "uncacheable": 0}
 
 # Settings of the process that change what a lowering emits without being
 # part of any kernel key.
-_ENV_SETTINGS = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TORCHTPU_PLATFORM", "TORCHTPU_NUM_DEVICES", "JAX_PLATFORMS")
+_ENV_SETTINGS = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TORCHTPU_PLATFORM", "TORCHTPU_NUM_DEVICES", "JAX_PLATFORMS",
+                 "TORCHTPU_PALLAS")
 
 
 class _Unstable(Exception):
