@@ -57,24 +57,36 @@ class Shapes:
     executable is compiled for.  Inside the executable `true` holds traced
     scalars (one executable serves every true size of its bucket)."""
 
-    def __init__(self, true_values: dict, padded_values: dict, bucketed=None):
+    def __init__(self, true_values: dict, padded_values: dict, bucketed=None, merged=({}, set())):
         self.true = true_values  # sympy.Symbol -> int (or traced int)
         self.padded = padded_values  # sympy.Symbol -> int
         self.bucketed = set(padded_values) if bucketed is None else bucketed  # symbols padded up
+        self.merged = merged
+        # merged size -> its factors, outer first; merged sizes that cannot be padded (merged_layouts)
+        self.layouts, self.unpaddable_merged = merged
 
     @classmethod
-    def for_call(cls, true_values: dict, policy, sizes):
+    def for_call(cls, true_values: dict, policy, sizes, merged=({}, set())):
         """Symbols in `sizes` (dims of the tensor inputs) go up to their
         bucket; the others (integer arguments: an index, a count) keep their
         value, so the executable is specialised to it as without dynamic."""
         padded = {s: bucket(v, policy) if s in sizes else v for s, v in true_values.items()}
-        return cls(true_values, padded, {s for s in true_values if s in sizes})
+        return cls(true_values, padded, {s for s in true_values if s in sizes}, merged)
 
     def traced(self, true_values: dict):
         """These shapes inside the executable: bucketed symbols' true values
         traced (`true_values`), the others known."""
         known = {s: v for s, v in self.padded.items() if s not in self.bucketed}
-        return Shapes({**true_values, **known}, self.padded, self.bucketed)
+        return Shapes({**true_values, **known}, self.padded, self.bucketed, self.merged)
+
+    def check_merged(self):
+        """Unpaddable if a padded merged size is in two layouts or read by
+        position (merged_layouts): its symbols are kept exact."""
+        symbols = set()
+        for expr in self.unpaddable_merged:
+            symbols |= expr.free_symbols & self.bucketed
+        if symbols:
+            raise Unpaddable("a merged dim (B*T) in two layouts or read by position", symbols)
 
     def key(self):
         """Padded sizes, and which are bucketed: an executable for true size 4
@@ -114,22 +126,49 @@ class Shapes:
         return found
 
     def prefix_mask(self, meta):
-        """Validity of a value whose padded dims are pure symbols (None if it
-        has no padded dim); Unpaddable for merged dims (no prefix)."""
+        """Validity of a graph input or a fresh value (None if it has no
+        padded dim): each padded dim holds its real elements first -- a
+        merged dim (B*T) per factor, in the layout merged_layouts found;
+        Unpaddable for a merged dim with none."""
         dims = self.padded_dims(meta)
         if not dims:
             return None
         shape = self.shape(meta.shape)
         mask = None
         for d in dims:
-            expr = _expr(meta.shape[d])
-            if not isinstance(expr, sympy.Symbol):
-                raise Unpaddable(f"a value of size {tuple(meta.shape)} has no mask (merged dims)",
-                                 expr.free_symbols & self.bucketed)
-            axis = lax.broadcasted_iota(jnp.int32, tuple(n if i == d else 1 for i, n in enumerate(shape)), d)
-            m = axis < self.true[expr]
+            m = self._dim_mask(meta.shape, d).reshape(tuple(n if i == d else 1 for i, n in enumerate(shape)))
             mask = m if mask is None else mask & m
         return mask
+
+    def _dim_mask(self, shape, d):
+        """Which of dim d's padded positions are real (1-d)."""
+        expr = _expr(shape[d])
+        factors = (expr,) if isinstance(expr, sympy.Symbol) else self.layouts.get(expr)
+        if factors is None:
+            raise Unpaddable(f"a value of size {tuple(shape)} has no mask (merged dims in no single layout)",
+                             expr.free_symbols & self.bucketed)
+        grid = tuple(self.size_of(f) for f in factors)
+        mask = None
+        for i, f in enumerate(factors):
+            m = lax.broadcasted_iota(jnp.int32, grid, i) < _evaluate(f, self.true)
+            mask = m if mask is None else mask & m
+        return mask.reshape(-1)
+
+    def size_of(self, expr, padded=True):
+        return int(expr.xreplace(self.padded if padded else self.true))
+
+    def factor_shape(self, shape, padded=True):
+        """`shape` with each merged dim split into its layout's factors
+        (inputs are padded per factor in this shape)."""
+        out = []
+        for n in shape:
+            expr = _expr(n)
+            factors = self.layouts.get(expr) if expr.free_symbols & self.bucketed else None
+            if factors is None or isinstance(expr, sympy.Symbol):
+                out.append(self.size_of(expr, padded))
+            else:
+                out.extend(self.size_of(f, padded) for f in factors)
+        return tuple(out)
 
 
 def _evaluate(expr, env):
@@ -220,6 +259,149 @@ BATCH_NORMS = {aten._native_batch_norm_legit_functional.default, aten._native_ba
 
 ATTENTION = {aten._scaled_dot_product_fused_attention_overrideable.default,
              aten._scaled_dot_product_fused_attention_overrideable_backward.default}
+
+
+# ------------------------------------------------------------ merged dims
+#
+# A merged dim (B*T rows from viewing (B, T, C) as (B*T, C)) has no prefix
+# of real elements: viewed from padded (Bp, Tp, C), real row (b, t) sits at
+# b*Tp + t.  Values that come from such a view carry that in their mask.
+# Graph inputs of a merged size (activations saved by the forward for the
+# backward) and fresh values have no view to learn it from, so the runner
+# pads them the same way -- per factor -- when the graph's views agree on
+# the factors, and the graph only moves whole elements along such dims
+# (positions within them -- slices, arange, cumsum -- would see the
+# interleaved padding).
+
+RESHAPES = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+# Ops that never read a position within a dim: a merged dim may be laid out
+# per factor through them.
+ORDER_FREE = (
+    RESHAPES | SUM_LIKE | MEAN | set(MAX_LIKE) | SOFTMAX_LIKE | SOFTMAX_BACKWARD | CONTRACTIONS | PASS_THROUGH
+    | LIKE_FACTORIES | NEW_FACTORIES | ATTENTION | PER_SAMPLE | BATCH_NORMS
+    | {aten.native_batch_norm_backward.default, aten.convolution_backward.default,
+       aten.native_group_norm_backward.default}
+    | {aten.t.default, aten.transpose.int, aten.permute.default, aten.expand.default, aten.unsqueeze.default,
+       aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.detach.default, aten.alias.default,
+       aten.native_layer_norm.default, aten.native_layer_norm_backward.default, aten.nll_loss_forward.default,
+       aten.nll_loss_backward.default, aten.embedding.default, aten.embedding_dense_backward.default,
+       aten.copy_.default, aten.full.default, aten.zeros.default, aten.ones.default, aten.empty.memory_format}
+)
+
+
+def _merged(expr):
+    return bool(expr.free_symbols) and not isinstance(expr, sympy.Symbol)
+
+
+def _consecutive_factors(shape, expr):
+    """The run of consecutive dims of `shape` whose product is `expr` (size-1
+    dims dropped), or None."""
+    exprs = [_expr(n) for n in shape]
+    for i in range(len(exprs)):
+        product = sympy.Integer(1)
+        for j in range(i, len(exprs)):
+            product = product * exprs[j]
+            if j > i and sympy.expand(product - expr) == 0:
+                run = tuple(e for e in exprs[i : j + 1] if e != 1)
+                return run if len(run) > 1 else None
+    return None
+
+
+# Ops that read positions along one dim (their `dim` argument, after the
+# tensor): fine on a merged dim's neighbours, not on the merged dim.
+ALONG_DIM = {aten.slice.Tensor: 1, aten.select.int: 1, aten.narrow.default: 1, aten.split.Tensor: 2,
+             aten.split_with_sizes.default: 2, aten.cat.default: 1, aten.native_dropout.default: None,
+             aten.native_dropout_backward.default: None}
+
+
+def _reads_positions(node, merged):
+    """Whether `node` may read positions within one of the `merged` dims."""
+    target = node.target
+    if target in ORDER_FREE or target in SIZE_QUERIES or torch.Tag.pointwise in getattr(target, "tags", ()):
+        return False
+    if target not in ALONG_DIM:
+        return True
+    position = ALONG_DIM[target]
+    if position is None:  # (element-wise: dropout draws per element, independently)
+        return False
+    first = node.args[0]
+    meta = _meta(first[0] if isinstance(first, (list, tuple)) else first)
+    dim = node.args[position] if len(node.args) > position else node.kwargs.get("dim", 0)
+    return not isinstance(dim, int) or _expr(meta.shape[dim % meta.dim()]) in merged
+
+
+def merged_layouts(gm):
+    """({merged size: its factors, outer first}, {merged sizes padding
+    cannot serve}) for this graph.  A value's merged dim has the layout of
+    the view that made it, or of its operands; the graph's inputs and fresh
+    values of a merged size take the layout every view of that size agrees
+    on (the size itself -- a plain prefix -- when no view touches it).
+    Padding cannot serve a size read by position (a slice of B*T rows) or
+    one whose values meet in two layouts (B*T rows added to T*B rows)."""
+    consensus = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in RESHAPES:
+            for e, run in _view_runs(node).items():
+                consensus[e] = run if consensus.get(e, run) == run else None
+    layouts = {e: consensus.get(e, (e,)) for e in _all_merged(gm)}
+    layouts = {e: run for e, run in layouts.items() if run is not None}
+    of_value, blocked = {}, set()
+    for node in gm.graph.nodes:
+        own = _merged_sizes(_meta(node))
+        if node.op == "placeholder":
+            of_value[node] = {e: layouts[e] for e in own if e in layouts}
+            continue
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem:
+            of_value[node] = {e: run for e, run in of_value.get(node.args[0], {}).items() if e in own}
+            continue
+        args = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        args += [a for arg in node.args if isinstance(arg, (list, tuple)) for a in arg if isinstance(a, torch.fx.Node)]
+        merged = own.union(*(_merged_sizes(_meta(a)) for a in args))
+        if not merged:
+            continue
+        if _reads_positions(node, merged):
+            blocked |= merged
+        if node.target in RESHAPES:
+            of_value[node] = _view_runs(node)
+            continue
+        seen = {}
+        for a in args:
+            for e, run in of_value.get(a, {}).items():
+                if seen.setdefault(e, run) != run:
+                    blocked.add(e)  # two layouts meet
+        if not args:  # a factory: the size's layout, as for inputs
+            seen = {e: layouts[e] for e in own if e in layouts}
+        of_value[node] = {e: run for e, run in seen.items() if e in own}
+    return layouts, blocked
+
+
+def _view_runs(node):
+    """{merged size: its factors} for the merged dims a view makes or splits."""
+    src, dst = _meta(node.args[0]), _meta(node)
+    runs = {}
+    for whole, parts in ((dst, src), (src, dst)):
+        for n in whole.shape:
+            e = _expr(n)
+            run = _consecutive_factors(parts.shape, e) if _merged(e) else None
+            if run is not None:
+                runs[e] = run
+    return runs
+
+
+def _merged_sizes(meta):
+    """The merged sizes among the dims of a tensor meta (or a tuple of them)."""
+    metas = meta if isinstance(meta, (list, tuple)) else [meta]
+    return {_expr(n) for m in metas if isinstance(m, torch.Tensor) for n in m.shape if _merged(_expr(n))}
+
+
+def _all_merged(gm):
+    return set().union(*(_merged_sizes(_meta(node)) for node in gm.graph.nodes))
+
+
+def _meta(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
 
 
 def _full(mask, shape):

@@ -17,7 +17,7 @@ from ..ops.dispatch import Call, static_key
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from . import output_views
-from .dynamic import Shapes, Unpaddable
+from .dynamic import Shapes, Unpaddable, merged_layouts
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -57,6 +57,17 @@ def _pad_to(array, shape):
         widths = [(0, p - n) for n, p in zip(array.shape, shape)]
         fn = _pad_kernels[key] = jax.jit(lambda x: jnp.pad(x, widths))
     return fn(array)
+
+
+def _pad_input(array, meta, shapes):
+    """A graph input padded to its bucket shape; merged dims (B*T) per
+    factor, the layout the graph's masks assume (dynamic.merged_layouts)."""
+    true_factors = shapes.factor_shape(meta.shape, padded=False)
+    padded_factors = shapes.factor_shape(meta.shape)
+    if len(true_factors) == array.ndim:
+        return _pad_to(array, padded_factors)
+    padded = _pad_to(array.reshape(true_factors), padded_factors)
+    return padded.reshape(shapes.shape(meta.shape))
 
 
 def _compact(array, mask, shape):
@@ -111,7 +122,9 @@ class DynamicCalls:
         graph = self.graph
         true_values, sizes = _symbol_values(graph, args)
         policy = "exact" if self.exact else self.options.dynamic_buckets
-        shapes = Shapes.for_call(true_values, policy, sizes - self.exact_symbols)
+        if self.merged is None:
+            self.merged = merged_layouts(graph.gm)
+        shapes = Shapes.for_call(true_values, policy, sizes - self.exact_symbols, self.merged)
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype(), self.exact, shapes.key()]
         padded = []  # placeholder index -> padded array, for inputs with symbolic dims
@@ -120,7 +133,7 @@ class DynamicCalls:
             if isinstance(a, torch.Tensor) and isinstance(meta, torch.Tensor) and any(
                 isinstance(d, torch.SymInt) for d in meta.shape
             ):
-                array = _pad_to(materialize(a), shapes.shape(meta.shape))
+                array = _pad_input(materialize(a), meta, shapes)
                 padded.append(array)
                 key.append(("padded", a.dtype, a.device.index))
                 if call.device is None:

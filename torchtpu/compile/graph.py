@@ -120,6 +120,8 @@ class GraphLowering:
         masks = {} if input_masks is not None else None
         self.shapes = shapes
         self.rules = MaskRules(shapes) if input_masks is not None else None
+        if input_masks is not None:
+            shapes.check_merged()
         self.checks = []  # device-side checks of the lowered nodes: (ok, value, message, error, op)
         for i, (node, value) in enumerate(zip(self.placeholders, inputs)):
             env[node] = value

@@ -48,6 +48,7 @@ class CompiledGraph(DynamicCalls):
         self.symbolic = graph.symbolic
         self.exact = False  # a dynamic graph that cannot be padded: one executable per shape
         self.exact_symbols = set()  # symbols kept exact because padding them cannot work
+        self.merged = None  # merged sizes' padded layouts (dynamic.merged_layouts), at the first dynamic call
 
     def __call__(self, *args):
         if self.symbolic:
