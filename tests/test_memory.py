@@ -558,13 +558,22 @@ def _rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _is_traced(t):
+    """A FakeTensor or FunctionalTensor kept by a compiled graph's metadata:
+    no device memory behind it."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(t, (FakeTensor, FunctionalTensor))
+
+
 def _live_tpu_storages():
     """(device, address) of every tpu storage reachable from Python."""
     found = set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # isinstance() on deprecated module proxies warns
         for obj in gc.get_objects():
-            if isinstance(obj, torch.Tensor) and obj.device.type == "tpu":
+            if isinstance(obj, torch.Tensor) and obj.device.type == "tpu" and not _is_traced(obj):
                 storage = obj.untyped_storage()
                 if storage.nbytes() > 0:
                     found.add((obj.device.index, storage.data_ptr()))

@@ -180,6 +180,10 @@ NO_BMM = textwrap.dedent(
     from torchtpu.ops.registry import LOWERINGS
     for op in [op for op in LOWERINGS if op.name().startswith("aten::bmm")]:
         del LOWERINGS[op]  # test-only
+    # attention through ATen's math path (bmm) rather than the fused op
+    for backend in ("flash", "mem_efficient", "cudnn"):
+        getattr(torch.backends.cuda, f"enable_{backend}_sdp")(False)
+    torch._C._set_sdp_use_overrideable(False)
     """
 )
 
