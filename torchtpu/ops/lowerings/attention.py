@@ -119,7 +119,7 @@ def _reduce_to(grad, shape):
 
 
 def attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is_causal, scale,
-                       query_valid=None, key_valid=None):
+                       query_valid=None, key_valid=None, bias_grad=True):
     """(grad_query, grad_key, grad_value, grad_attn_bias or None).
     query_valid: (..., L, 1), key_valid: (..., 1, S), False for padded rows."""
     group = _group(query, key)
@@ -142,7 +142,7 @@ def attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is
     scaled = grad_s * jnp.asarray(scale, acc)
     grad_q = _dot(ctx, scaled, k, ((scaled.ndim - 1,), (k.ndim - 2,)))
     grad_k = _dot(ctx, jnp.swapaxes(scaled, -1, -2), query, ((scaled.ndim - 1,), (query.ndim - 2,)))
-    grad_bias = None if attn_bias is None else _reduce_to(grad_s, attn_bias.shape).astype(attn_bias.dtype)
+    grad_bias = None if attn_bias is None or not bias_grad else _reduce_to(grad_s, attn_bias.shape).astype(attn_bias.dtype)
     return (
         grad_q.astype(query.dtype),
         _sum_groups(grad_k, group).astype(key.dtype),
@@ -170,4 +170,8 @@ def fused_attention_backward(ctx, grad_out, query, key, value, attn_bias, grad_i
                              cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
                              philox_offset, scale=None):
     lse = logsumexp.reshape(query.shape[:-1])
-    return attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is_causal, scale)
+    grads = attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is_causal, scale,
+                               bias_grad=bool(grad_input_mask[3]))
+    if attn_bias is not None and grads[3] is None:  # (a boolean mask made -inf/0: nobody reads its gradient)
+        grads = grads[:3] + (jnp.zeros(attn_bias.shape, attn_bias.dtype),)
+    return grads
