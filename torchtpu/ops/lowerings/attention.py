@@ -71,7 +71,9 @@ def _scores(ctx, query, key, attn_bias, is_causal, scale, key_valid):
     """q @ k^T * scale, plus the bias and the causal mask, in float32/64.
     key_valid (dynamic shapes: False for padded keys) masks like the causal
     mask does."""
-    s = _dot(ctx, query, key, ((query.ndim - 1,), (key.ndim - 1,))) * jnp.asarray(scale, acc_dtype(query.dtype))
+    acc = acc_dtype(query.dtype)
+    # (the scale on q, an (L, D) pass, rather than on the (L, S) scores)
+    s = _dot(ctx, query.astype(acc) * jnp.asarray(scale, acc), key, ((query.ndim - 1,), (key.ndim - 1,)))
     if attn_bias is not None:
         s = s + attn_bias.astype(s.dtype)
     if is_causal:
@@ -139,9 +141,9 @@ def attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is
     grad_p = _dot(ctx, g, v, ((g.ndim - 1,), (v.ndim - 1,)))
     row = jnp.sum(g * out.astype(acc), axis=-1, keepdims=True)  # = sum_j p_ij * grad_p_ij
     grad_s = p * (grad_p - row)
-    scaled = grad_s * jnp.asarray(scale, acc)
-    grad_q = _dot(ctx, scaled, k, ((scaled.ndim - 1,), (k.ndim - 2,)))
-    grad_k = _dot(ctx, jnp.swapaxes(scaled, -1, -2), query, ((scaled.ndim - 1,), (query.ndim - 2,)))
+    # (the scale on the (L, D) and (S, D) products rather than on grad_s)
+    grad_q = _dot(ctx, grad_s, k, ((grad_s.ndim - 1,), (k.ndim - 2,))) * jnp.asarray(scale, acc)
+    grad_k = _dot(ctx, jnp.swapaxes(grad_s, -1, -2), query, ((grad_s.ndim - 1,), (query.ndim - 2,))) * jnp.asarray(scale, acc)
     grad_bias = None if attn_bias is None or not bias_grad else _reduce_to(grad_s, attn_bias.shape).astype(attn_bias.dtype)
     return (
         grad_q.astype(query.dtype),
