@@ -70,6 +70,14 @@ def test_fused_attention_matches_cpu(case):
     assert type(out.grad_fn).__name__ == FUSED
 
 
+def test_fused_attention_float64_gradients_are_double_precise():
+    # ATen keeps the saved log-sum-exp in float32; the backward of double
+    # inputs must not inherit that rounding (it gave 1e-7 errors).
+    q, k, v = qkv(dtype=torch.float64)
+    mask = randn(L, S, dtype=torch.float64, seed=8)
+    check(lambda q, k, v, m: _sdpa(q, k, v, attn_mask=m), q, k, v, mask, grad=True, atol=1e-12, rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_fused_attention_16_bit(dtype):
     q, k, v = qkv(dtype=dtype)

@@ -103,13 +103,24 @@ def attention_forward(ctx, query, key, value, attn_bias, is_causal, scale, key_v
     rows = None if key_valid is None else jnp.swapaxes(key_valid, -1, -2)
     key, value = _zero_where_not(rows, key, value)
     s = _scores(ctx, query, key, attn_bias, is_causal, _scale(query, scale), key_valid)
-    row_max = _finite_or(jnp.max(s, axis=-1, keepdims=True), 0.0)  # fully masked rows: no max
-    p = jnp.exp(s - row_max)
-    total = jnp.sum(p, axis=-1, keepdims=True)
+    p, total, row_max = _unnormalized(s)
     out = _dot(ctx, p, value, ((p.ndim - 1,), (value.ndim - 2,)))
     out = out * jnp.where(total > 0, 1.0 / jnp.where(total > 0, total, 1.0), 0.0)
-    lse = (jnp.log(total) + row_max)[..., 0]  # -inf for a fully masked row
-    return out.astype(query.dtype), lse
+    return out.astype(query.dtype), (jnp.log(total) + row_max)[..., 0]
+
+
+def _unnormalized(s):
+    """(exp(s - row max), its row sums, the row max); a fully masked row
+    (all -inf) has no max: its sum is 0."""
+    row_max = _finite_or(jnp.max(s, axis=-1, keepdims=True), 0.0)
+    p = jnp.exp(s - row_max)
+    return p, jnp.sum(p, axis=-1, keepdims=True), row_max
+
+
+def _log_sum_exp(s):
+    """Per row, -inf for a fully masked one."""
+    _, total, row_max = _unnormalized(s)
+    return (jnp.log(total) + row_max)[..., 0]
 
 
 def _reduce_to(grad, shape):
@@ -131,9 +142,11 @@ def attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is
     scale = _scale(query, scale)
     s = _scores(ctx, query, k, attn_bias, is_causal, scale, key_valid)
     acc = s.dtype
+    if jnp.dtype(lse.dtype) != acc:  # (ATen saves it in float32 even for double inputs: recomputed in double)
+        lse = _log_sum_exp(s)
     # exp(s - lse): the softmax rebuilt from the saved log-sum-exp.  A fully
     # masked row has lse = -inf and s = -inf: its probabilities are 0.
-    p = jnp.exp(s - jnp.where(jnp.isneginf(lse), jnp.inf, lse.astype(acc))[..., None])
+    p = jnp.exp(s - jnp.where(jnp.isneginf(lse), jnp.inf, lse)[..., None])
     if query_valid is not None:
         p = jnp.where(query_valid, p, 0.0)
     g = grad_out.astype(acc)
