@@ -61,7 +61,6 @@ class Shapes:
         self.true = true_values  # sympy.Symbol -> int (or traced int)
         self.padded = padded_values  # sympy.Symbol -> int
         self.bucketed = set(padded_values) if bucketed is None else bucketed  # symbols padded up
-        self.merged = merged
         # merged size -> its factors, outer first; merged sizes that cannot be padded (merged_layouts)
         self.layouts, self.unpaddable_merged = merged
 
@@ -77,7 +76,7 @@ class Shapes:
         """These shapes inside the executable: bucketed symbols' true values
         traced (`true_values`), the others known."""
         known = {s: v for s, v in self.padded.items() if s not in self.bucketed}
-        return Shapes({**true_values, **known}, self.padded, self.bucketed, self.merged)
+        return Shapes({**true_values, **known}, self.padded, self.bucketed, (self.layouts, self.unpaddable_merged))
 
     def check_merged(self):
         """Unpaddable if a padded merged size is in two layouts or read by
@@ -400,8 +399,13 @@ def _all_merged(gm):
     return set().union(*(_merged_sizes(_meta(node)) for node in gm.graph.nodes))
 
 
-def _meta(node):
+def node_meta(node):
+    """An FX node's value metadata (a meta/fake tensor, SymInt, ...); a
+    non-node argument is its own value."""
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+
+
+_meta = node_meta
 
 
 def _full(mask, shape):
@@ -581,8 +585,7 @@ class MaskRules:
             query, key, value, bias, dropout_p, is_causal, _, scale = values
             out, lse = attention.attention_forward(ctx, query, key, value, bias, is_causal, scale,
                                                    key_valid=key_valid)
-            result = (out, lse, None, None, query.shape[-2], key.shape[-2],
-                      jnp.zeros((), jnp.int64), jnp.zeros((), jnp.int64), None)
+            result = attention.forward_returns(ctx, query, key, out, lse)
             lse_mask = None if q_rows is None else q_rows[..., 0]
             return result, [q_rows, lse_mask] + [None] * 7
         grad_out, query, key, value, bias = values[:5]

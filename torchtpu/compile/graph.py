@@ -22,16 +22,13 @@ from ..ops.schema import schema_of
 from ..runtime import executable_cache
 from ..runtime.dtypes import to_jax
 from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS, MaskRules, Unpaddable
+from .dynamic import node_meta as _meta
 
 aten = torch.ops.aten
 
 
 class Unlowerable(Exception):
     """A node this backend cannot lower (the graph then runs op by op)."""
-
-
-def _meta(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
 
 
 def _flat_meta(val):

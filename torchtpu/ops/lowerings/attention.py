@@ -175,6 +175,13 @@ def fused_attention(ctx, query, key, value, attn_bias=None, dropout_p=0.0, is_ca
     kernel = pallas_attention.attention(query, key, value, attn_bias, is_causal, _scale(query, scale), ctx.precision,
                                         devices.platform())
     out, lse = kernel if kernel is not None else attention_forward(ctx, query, key, value, attn_bias, is_causal, scale)
+    return forward_returns(ctx, query, key, out, lse)
+
+
+def forward_returns(ctx, query, key, out, lse):
+    """The fused op's nine returns around (output, log-sum-exp): no
+    cumulative sequence lengths, the max lengths, a zero dropout seed and
+    offset (no dropout here), no debug mask."""
     lse = lse.reshape(ctx.out_meta[1].shape)  # (3-d inputs: a batch of 1)
     seed = offset = jnp.zeros((), jnp.int64)
     return out, lse, None, None, query.shape[-2], key.shape[-2], seed, offset, None
