@@ -763,6 +763,46 @@ void set_launch_blocking(py::object wait) {
   state()->launch_blocking = std::move(wait);
 }
 
+// The signature of a compiled graph's call whose arguments are all tpu
+// tensors on one device, built as the eager key is (the same facts per
+// tensor: geometry, dtype, storage slot, box signature): (key bytes, box
+// entry per slot, address per slot, device), or None for anything else (a
+// CPU scalar, a number, two devices), which the Python path keys.
+py::object graph_call_key(const py::tuple& args) {
+  State* s = state();
+  TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
+  drain_boxes();
+  Call call;
+  call.key.reserve(16 * args.size());
+  for (const auto& arg : args) {
+    if (!THPVariable_Check(arg.ptr())) {
+      return py::none();
+    }
+    const auto& t = THPVariable_Unpack(arg.ptr());
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) {
+      return py::none();
+    }
+    add_tpu_tensor(call, t);
+    if (!call.fast) {
+      return py::none();
+    }
+  }
+  if (call.device < 0) {
+    return py::none();
+  }
+  py::list entries(call.addresses.size());
+  py::list addresses(call.addresses.size());
+  for (size_t slot = 0; slot < call.addresses.size(); ++slot) {
+    const auto address = call.addresses[slot];
+    py::object py_address = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(address));
+    PyObject* entry = address != 0 ? PyDict_GetItem(s->boxes, py_address.ptr()) : nullptr;
+    entries[slot] = entry != nullptr ? py::reinterpret_borrow<py::object>(entry) : py::none();
+    addresses[slot] = std::move(py_address);
+  }
+  py::bytes key(reinterpret_cast<const char*>(call.key.data()), call.key.size() * sizeof(int64_t));
+  return py::make_tuple(std::move(key), std::move(entries), std::move(addresses), call.device);
+}
+
 std::pair<int64_t, int64_t> fastpath_stats() {
   return {state()->hits, state()->misses};
 }

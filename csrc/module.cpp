@@ -30,6 +30,7 @@ std::pair<int64_t, int64_t> fastpath_stats();
 void set_dynamic_scalar(const std::string& name, const std::string& overload, int position);
 void set_launch_blocking(py::object wait);
 void clear_fastpath_cache();
+py::object graph_call_key(const py::tuple& args);
 
 namespace {
 
@@ -94,6 +95,11 @@ PYBIND11_MODULE(_C, m) {
       &set_dynamic_scalar,
       "From now on pass this Scalar argument of the op traced, not baked in.");
   m.def("_clear_fastpath_cache", &clear_fastpath_cache);
+  m.def(
+      "_graph_call_key",
+      &graph_call_key,
+      "A compiled graph's call of tpu tensors keyed in C++ (fastpath.cpp): "
+      "(key bytes, box entries, addresses, device) or None.");
 
   m.def("_device_count", []() { return int(device_count()); });
   m.def("_init_error", []() { return init_error(); });

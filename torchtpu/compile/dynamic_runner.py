@@ -197,7 +197,7 @@ class DynamicCalls:
                 outputs.append(shapes.size(ref, padded=False))
             else:
                 outputs.append(ref)
-        output_views.fill(outputs, exe.arg_sources, graph.placeholders, self.out_nodes, args)
+        output_views.fill(outputs, exe.arg_sources, args)
         return outputs
 
     def _build_dynamic(self, args, call, key, shapes):
@@ -223,7 +223,7 @@ class DynamicCalls:
         exe.arg_sources = []
         fresh_values = []
         for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):
-            view = output_views.view_of_returned(node, graph.placeholders, self.out_nodes)
+            view = output_views.returned_view(node, graph.placeholders, self.out_nodes)
             if isinstance(node, torch.fx.Node) and node in placeholders:
                 exe.arg_sources.append(("input", placeholders[node]))
             elif view is not None:

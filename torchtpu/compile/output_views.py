@@ -73,21 +73,46 @@ def view_of_returned(node, placeholders, out_nodes):
     return node, stands_for, sorted(sizes, key=order.__getitem__) + chain[::-1]
 
 
-def fill(outputs, sources, placeholders, out_nodes, args):
-    """Replaces each ("view", (root, stands_for, chain)) entry of `sources` by the view
-    of its root's real tensor (an input, or an output already in `outputs`):
-    `chain` (the size arithmetic, then the view ops) evaluated on real values."""
-    for i, (kind, ref) in enumerate(sources):
-        if kind != "view":
-            continue
-        root, stands_for, chain = ref
-        if root in placeholders:
-            base = args[placeholders.index(root)]
-        else:
-            base = outputs[next(k for k, n in enumerate(out_nodes) if n is root)]
-        env = dict(zip(placeholders, args))
-        env[root] = env[stands_for] = base
-        for n in chain:
+class Replay:
+    """One returned view, as a function (args, outputs) -> the real view of
+    its root's real tensor (an input, or an output already in `outputs`):
+    `chain` (the size arithmetic, then the view ops) evaluated on real
+    values.  Where the root sits and which inputs the chain reads are worked
+    out once, at build time (a training step's forward returns a dozen such
+    views -- the weights' transposes -- on every call)."""
+
+    __slots__ = ("root", "stands_for", "chain", "arg_index", "out_index", "reads")
+
+    def __init__(self, view, placeholders, out_nodes):
+        self.root, self.stands_for, self.chain = view
+        self.arg_index = placeholders.index(self.root) if self.root in placeholders else None
+        self.out_index = None if self.arg_index is not None else next(
+            k for k, n in enumerate(out_nodes) if n is self.root
+        )
+        used = []
+        for n in self.chain:
+            torch.fx.node.map_arg((n.args, n.kwargs), used.append)
+        self.reads = [(p, placeholders.index(p)) for p in dict.fromkeys(used) if p in placeholders]
+
+    def __call__(self, args, outputs):
+        base = args[self.arg_index] if self.arg_index is not None else outputs[self.out_index]
+        env = {p: args[i] for p, i in self.reads}
+        env[self.root] = env[self.stands_for] = base
+        for n in self.chain:
             call_args, call_kwargs = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
             env[n] = n.target(*call_args, **call_kwargs)
-        outputs[i] = env[chain[-1]]
+        return env[self.chain[-1]]
+
+
+def returned_view(node, placeholders, out_nodes):
+    """`view_of_returned` as a Replay, or None."""
+    view = view_of_returned(node, placeholders, out_nodes)
+    return Replay(view, placeholders, out_nodes) if view is not None else None
+
+
+def fill(outputs, sources, args):
+    """Puts each ("view", Replay) entry of `sources` into `outputs`, after
+    the tensors it views."""
+    for i, (kind, ref) in enumerate(sources):
+        if kind == "view":
+            outputs[i] = ref(args, outputs)
