@@ -14,6 +14,7 @@ same AdamW update, parameters donated), torch CPU eager, and
 torch.compile(backend="inductor") on CPU.  JAX runs on its CPU platform."""
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -27,6 +28,11 @@ os.environ.setdefault("TORCHTPU_PLATFORM", "cpu")
 
 GPT_CONFIG = dict(vocab=256, d_model=128, n_heads=4, n_layers=2, max_len=64)
 GPT_BATCH = (8, 64)
+# So small that a step is all host time: what is left is per-step overhead
+# (dispatch, guards, runtime wrappers), the part an accelerator does not hide.
+TINY_GPT_CONFIG = dict(vocab=32, d_model=16, n_heads=2, n_layers=2, max_len=8)
+TINY_GPT_BATCH = (1, 8)
+GPTS = {"gpt": (GPT_CONFIG, GPT_BATCH), "gpt_tiny": (TINY_GPT_CONFIG, TINY_GPT_BATCH)}
 CNN_BATCH = (16, 3, 32, 32)
 LR, BETAS, EPS, WD = 1e-3, (0.9, 0.999), 1e-8, 0.01
 
@@ -40,11 +46,12 @@ def _make(model_name):
     from torchtpu.models import CNN, GPT
 
     torch.manual_seed(0)
-    if model_name == "gpt":
-        model = GPT(**GPT_CONFIG)
+    if model_name in GPTS:
+        config, batch = GPTS[model_name]
+        model = GPT(**config)
         g = torch.Generator().manual_seed(1)
-        idx = torch.randint(0, GPT_CONFIG["vocab"], GPT_BATCH, generator=g)
-        return model, (idx, (idx + 1) % GPT_CONFIG["vocab"])
+        idx = torch.randint(0, config["vocab"], batch, generator=g)
+        return model, (idx, (idx + 1) % config["vocab"])
     model = CNN(width=16, dropout=0.0)
     g = torch.Generator().manual_seed(1)
     return model, (torch.randn(CNN_BATCH, generator=g), torch.randint(0, 10, (CNN_BATCH[0],), generator=g))
@@ -54,7 +61,7 @@ def _torch_loss(model_name, model, x, y):
     import torch.nn.functional as F
 
     out = model(x)
-    if model_name == "gpt":
+    if model_name in GPTS:
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
     return F.cross_entropy(out, y)
 
@@ -62,10 +69,9 @@ def _torch_loss(model_name, model, x, y):
 # ------------------------------------------------------- torch-based modes
 
 
-def run_torch(model_name, mode, steps):
+def torch_stepper(model_name, mode):
+    """One training step of `mode` as a function returning the loss tensor."""
     import torch
-
-    import torchtpu
 
     device = "tpu" if mode.startswith("tpu") else "cpu"
     model, (x, y) = _make(model_name)
@@ -91,6 +97,13 @@ def run_torch(model_name, mode, steps):
         step_fn()
         return loss
 
+    return step
+
+
+def run_torch(model_name, mode, steps):
+    import torchtpu
+
+    step = torch_stepper(model_name, mode)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -108,17 +121,18 @@ def run_torch(model_name, mode, steps):
 # ---------------------------------------------------- hand-written jax.jit
 
 
-def run_jax(model_name, steps):
+def jax_stepper(model_name):
+    """The hand-written jax.jit training step as a function returning the
+    loss (a device array)."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     jax.config.update("jax_enable_x64", True)
     model, (x, y) = _make(model_name)
     params = {n: jnp.asarray(p.detach().numpy()) for n, p in model.named_parameters()}
     buffers = {n: jnp.asarray(b.detach().numpy()) for n, b in model.named_buffers() if b.dtype.is_floating_point}
     x, y = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
-    loss_fn = _jax_gpt_loss if model_name == "gpt" else _jax_cnn_loss
+    loss_fn = functools.partial(_jax_gpt_loss, GPTS[model_name][0]) if model_name in GPTS else _jax_cnn_loss
 
     def step(params, buffers, m, v, t, x, y):
         (loss, new_buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
@@ -138,14 +152,24 @@ def run_jax(model_name, steps):
     jitted = jax.jit(step, donate_argnums=(0, 1, 2, 3))
     m = {n: jnp.zeros_like(p) for n, p in params.items()}
     v = {n: jnp.zeros_like(p) for n, p in params.items()}
-    t = jnp.asarray(0.0, jnp.float32)
+    state = [params, buffers, m, v, jnp.asarray(0.0, jnp.float32)]
+
+    def run_step():
+        loss, *rest = jitted(*state, x, y)
+        state[:] = rest
+        return loss
+
+    return run_step
+
+
+def run_jax(model_name, steps):
+    step = jax_stepper(model_name)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        loss, params, buffers, m, v, t = jitted(params, buffers, m, v, t, x, y)
-        float(loss)
+        loss = float(step())
         times.append(time.perf_counter() - t0)
-    return times, float(np.asarray(loss)), {}
+    return times, loss, {}
 
 
 def _ln(x, w, b, eps=1e-5):
@@ -161,15 +185,15 @@ def _linear(x, p, name, bias=True):
     return out + p[name + ".bias"] if bias else out
 
 
-def _jax_gpt_loss(p, buffers, idx, tgt):
+def _jax_gpt_loss(config, p, buffers, idx, tgt):
     import jax
     import jax.numpy as jnp
 
     b, t = idx.shape
-    d, h = GPT_CONFIG["d_model"], GPT_CONFIG["n_heads"]
+    d, h = config["d_model"], config["n_heads"]
     x = p["tok.weight"][idx] + p["pos.weight"][:t]
     causal = jnp.tril(jnp.ones((t, t), bool))
-    for i in range(GPT_CONFIG["n_layers"]):
+    for i in range(config["n_layers"]):
         pre = f"blocks.{i}."
         qkv = _linear(_ln(x, p[pre + "ln1.weight"], p[pre + "ln1.bias"]), p, pre + "qkv")
         q, k, v = (z.reshape(b, t, h, d // h).transpose(0, 2, 1, 3) for z in jnp.split(qkv, 3, -1))
@@ -249,14 +273,51 @@ LABELS = {
 }
 
 
+STEADY_MODES = ["tpu_compiled_fused", "tpu_compiled", "tpu_eager", "jax", "cpu_eager"]
+STEADY_TITLES = {
+    "gpt": "GPT (2 layers, d=128, batch 8x64)",
+    "cnn": "CNN (2 conv+BN blocks, batch 16x3x32x32)",
+    "gpt_tiny": "tiny GPT (2 layers, d=16, batch 1x8: host-bound)",
+}
+
+
+def interleaved(models, rounds, per_round=5):
+    """Steady steps of every mode in one process, in alternation (`per_round`
+    steps of each, `rounds` times): the machine's drift between processes,
+    ~20-30% on this VM, cancels out of the ratios."""
+    print("\n### Steady step, modes interleaved in one process (median ms)\n")
+    print("| model | " + " | ".join(LABELS[m] for m in STEADY_MODES) + " | compiled (fused) / jax.jit |")
+    print("|---|" + "---:|" * (len(STEADY_MODES) + 1))
+    for model_name in models:
+        steps = {m: (jax_stepper(model_name) if m == "jax" else torch_stepper(model_name, m)) for m in STEADY_MODES}
+        times = {m: [] for m in STEADY_MODES}
+        for m, step in steps.items():  # compile and warm up
+            for _ in range(3):
+                step().item()
+        for _ in range(rounds):
+            for m, step in steps.items():
+                for _ in range(per_round):
+                    t0 = time.perf_counter()
+                    step().item()  # waits for the device
+                    times[m].append(time.perf_counter() - t0)
+        med = {m: statistics.median(v) * 1e3 for m, v in times.items()}
+        cells = " | ".join(f"{med[m]:.2f}" for m in STEADY_MODES)
+        print(f"| {STEADY_TITLES[model_name]} | {cells} | {med['tpu_compiled_fused'] / med['jax']:.2f}x |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--models", default="gpt,cnn")
     parser.add_argument("--worker", nargs=2)
+    parser.add_argument("--interleaved", help="only the interleaved steady-step table, for these models")
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker, args.steps)
+        return
+    if args.interleaved:
+        interleaved(args.interleaved.split(","), args.rounds)
         return
     for model_name in args.models.split(","):
         rows = {}
@@ -270,6 +331,10 @@ def main():
                 warm = _spawn(model_name, mode, 3, env) if mode in ("tpu_compiled", "tpu_compiled_fused", "jax", "inductor") else None
             rows[mode] = (cold, warm)
         _print_table(model_name, rows)
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TORCHTPU_COMPILE_CACHE_DIR=os.path.join(cache, "xla"))
+        cmd = [sys.executable, __file__, "--interleaved", args.models + ",gpt_tiny", "--rounds", str(args.rounds)]
+        print(subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, check=True).stdout)
 
 
 def _print_table(model_name, rows):

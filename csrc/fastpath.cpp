@@ -803,6 +803,40 @@ py::object graph_call_key(const py::tuple& args) {
   return py::make_tuple(std::move(key), std::move(entries), std::move(addresses), call.device);
 }
 
+// A compiled graph's fresh outputs: one new tpu tensor per (sizes,
+// strides, dtype) spec, its storage boxed with results[k] (signature
+// sigs[k]) -- what run_spec does for an eager kernel's outputs.
+py::list bind_fresh(const py::list& specs, int device_index, const py::tuple& results, const py::list& sigs) {
+  State* s = state();
+  const c10::Device device(kTpu, static_cast<c10::DeviceIndex>(device_index));
+  c10::DeviceGuard guard(device);
+  py::list out(specs.size());
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const auto spec = specs[k].cast<py::tuple>();
+    const auto sizes = spec[0].cast<std::vector<int64_t>>();
+    const auto strides = spec[1].cast<std::vector<int64_t>>();
+    PyObject* dtype = spec[2].ptr();
+    TORCH_CHECK(THPDtype_Check(dtype), "torchtpu: a fresh output's spec needs a torch.dtype");
+    at::Tensor t = at::detail::empty_strided_generic(
+        sizes,
+        strides,
+        get_allocator_base(),
+        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+        reinterpret_cast<THPDtype*>(dtype)->scalar_type);
+    const auto address = reinterpret_cast<uintptr_t>(t.storage().data());
+    PyObject* value = PyTuple_GET_ITEM(results.ptr(), k);
+    if (address != 0 && value != Py_None) {
+      py::tuple entry = py::make_tuple(py::reinterpret_borrow<py::object>(value), sigs[k]);
+      py::object py_address = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(address));
+      if (PyDict_SetItem(s->boxes, py_address.ptr(), entry.ptr()) != 0) {
+        rethrow_python();
+      }
+    }
+    out[k] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(t)));
+  }
+  return out;
+}
+
 std::pair<int64_t, int64_t> fastpath_stats() {
   return {state()->hits, state()->misses};
 }

@@ -31,6 +31,7 @@ void set_dynamic_scalar(const std::string& name, const std::string& overload, in
 void set_launch_blocking(py::object wait);
 void clear_fastpath_cache();
 py::object graph_call_key(const py::tuple& args);
+py::list bind_fresh(const py::list& specs, int device, const py::tuple& results, const py::list& sigs);
 
 namespace {
 
@@ -100,6 +101,11 @@ PYBIND11_MODULE(_C, m) {
       &graph_call_key,
       "A compiled graph's call of tpu tensors keyed in C++ (fastpath.cpp): "
       "(key bytes, box entries, addresses, device) or None.");
+  m.def(
+      "_bind_fresh",
+      &bind_fresh,
+      "A compiled graph's fresh outputs: new tpu tensors for (sizes, strides, "
+      "dtype) specs, each boxed with its result (fastpath.cpp).");
 
   m.def("_device_count", []() { return int(device_count()); });
   m.def("_init_error", []() { return init_error(); });

@@ -124,13 +124,15 @@ class CompiledGraph(DynamicCalls):
         if exe.checks is not None:
             checks.pending.append((results[-1], exe.checks))
             checks.maybe_fold()
-        device = torch.device("tpu", call.device)
-        fresh = [torch.empty_strided(s, st, dtype=dt, device=device) for s, st, dt in exe.fresh]
-        for (kind, ref), result, sig in zip(exe.writes, results, exe.sigs):
+        if type(results) is not tuple:
+            results = tuple(results)
+        fresh = _C._bind_fresh(exe.fresh, call.device, results, exe.sigs)
+        n_fresh = len(fresh)
+        for (kind, ref), result, sig in zip(exe.writes[n_fresh:], results[n_fresh:], exe.sigs[n_fresh:]):
             if kind == "host":
                 write_back(args[ref], result)
                 continue
-            address = fresh[ref].data_ptr() if kind == "fresh" else call.addresses[ref]
+            address = call.addresses[ref]
             if address and result is not None:
                 boxes.boxes[address] = (result, sig)
         outputs = []
