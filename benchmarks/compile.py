@@ -288,7 +288,13 @@ def interleaved(models, rounds, per_round=5):
     print("\n### Steady step, modes interleaved in one process (median ms)\n")
     print("| model | " + " | ".join(LABELS[m] for m in STEADY_MODES) + " | compiled (fused) / jax.jit |")
     print("|---|" + "---:|" * (len(STEADY_MODES) + 1))
+    import torch
+
     for model_name in models:
+        # Forget the previous model's graphs: a GPT of another size would
+        # otherwise recompile as a dynamic-shape graph (dynamo's automatic
+        # dynamic shapes), which is not what this table measures.
+        torch._dynamo.reset()
         steps = {m: (jax_stepper(model_name) if m == "jax" else torch_stepper(model_name, m)) for m in STEADY_MODES}
         times = {m: [] for m in STEADY_MODES}
         for m, step in steps.items():  # compile and warm up
