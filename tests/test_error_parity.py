@@ -32,6 +32,9 @@ CASES = {
     "assert_async zero": lambda d: _synced(d, lambda: torch._assert_async(torch.tensor(0.0, device=d))),
     "assert_async msg": lambda d: _synced(d, lambda: torch._assert_async(torch.tensor(False, device=d), "no")),
     "assert_async two values": lambda d: torch._assert_async(torch.ones(2, device=d)),
+    # PyTorch's decomposition scatters with an unchecked index_put: tpu used to drop the value silently
+    "max_unpool2d index past the plane": lambda d: _synced(d, lambda: _unpool(d, 2, bad=16)),
+    "max_unpool3d negative index": lambda d: _synced(d, lambda: _unpool(d, 3, bad=-1)),
 }  # fmt: skip
 
 # the same shapes of call that are fine
@@ -45,6 +48,8 @@ VALID = {
     "bool add int alpha": lambda d: torch.add(torch.ones(3, dtype=torch.bool, device=d), True, alpha=2),
     "int floor div_": lambda d: torch.arange(6, device=d).div_(4, rounding_mode="floor"),
     "assert_async nan": lambda d: _synced(d, lambda: torch._assert_async(torch.tensor(float("nan"), device=d), "x")),
+    "max_unpool2d of max_pool2d's indices": lambda d: _unpool(d, 2),
+    "max_unpool3d of max_pool3d's indices": lambda d: _unpool(d, 3),
 }  # fmt: skip
 
 
@@ -55,6 +60,18 @@ def _arange(device):
 def _synced(device, fn):
     fn()
     return torch.ones(1, device=device).cpu()
+
+
+def _unpool(device, nd, bad=None):
+    """max_unpool of max_pool's own output, optionally one index replaced
+    by `bad`; the output plane is 4 wide per dim."""
+    x = torch.arange(2.0 * 4**nd, device=device).reshape((1, 2) + (4,) * nd)
+    pool, unpool = (F.max_pool2d, F.max_unpool2d) if nd == 2 else (F.max_pool3d, F.max_unpool3d)
+    values, indices = pool(x, 2, return_indices=True)
+    if bad is not None:
+        indices = indices.clone()
+        indices.view(-1)[-1] = bad
+    return unpool(values, indices, 2)
 
 
 def _shared(device, fn):

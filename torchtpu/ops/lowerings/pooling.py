@@ -452,3 +452,33 @@ def _grad_like_self(grad_output, self, *args, **kwargs):
 for _nd in (2, 3):
     lower(getattr(aten, f"fractional_max_pool{_nd}d").default)(_fractional_forward)
     lower(getattr(aten, f"fractional_max_pool{_nd}d_backward").default, meta=_grad_like_self)(_fractional_backward)
+
+
+# ------------------------------------------------------------ max unpooling
+
+
+def _max_unpool(ctx, x, indices, output_size):
+    """Scatter each plane's values to their flat positions in an
+    output_size plane of zeros.  An index outside the plane is a
+    device-side error with the CPU's message (PyTorch's decomposition uses
+    an unchecked index_put, which would drop it silently)."""
+    nd = len(output_size)
+    planes = math.prod(x.shape[:-nd])
+    plane = math.prod(output_size)
+    index = indices.reshape(planes, -1)
+    volume = "x".join(str(s) for s in output_size)
+    message = "Found an invalid max index: {value} (output volumes are of size " + volume + ")"
+    ctx.check_index(index, plane, message, RuntimeError, negative_ok=False)
+    out = jnp.zeros((planes, plane), x.dtype)
+    out = out.at[jnp.arange(planes)[:, None], index].set(x.reshape(planes, -1), mode="drop")
+    return out.reshape(ctx.out_shape)
+
+
+@lower(aten.max_unpool2d)
+def max_unpool2d(ctx, x, indices, output_size):
+    return _max_unpool(ctx, x, indices, output_size)
+
+
+@lower(aten.max_unpool3d)
+def max_unpool3d(ctx, x, indices, output_size, stride, padding):
+    return _max_unpool(ctx, x, indices, output_size)
