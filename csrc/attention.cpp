@@ -7,9 +7,10 @@
 // to XLA (a Pallas kernel on TPU/GPU); compiled graphs keep it whole too.
 // Any other answer takes ATen's math path: matmul, softmax, dropout, matmul.
 //
-// The fused op takes no dropout and no enable_gqa flag, so calls with
-// dropout, 3-d/5-d inputs, or head counts that only the math path checks
-// and reports take the math path.  `torch.nn.attention.sdpa_kernel` is
+// The fused op takes no enable_gqa flag, so calls with 3-d/5-d inputs or
+// head counts that only the math path checks and reports take the math
+// path.  Dropout is fused (its mask redrawn in the backward from a key the
+// forward returns).  `torch.nn.attention.sdpa_kernel` is
 // respected: with only MATH enabled the math path runs; enabling FLASH,
 // EFFICIENT, CUDNN or OVERRIDEABLE (what CUDA code asks for) allows ours.
 #include <ATen/Context.h>
@@ -31,11 +32,7 @@ bool fused_takes(
     const at::Tensor& key,
     const at::Tensor& value,
     const std::optional<at::Tensor>& attn_mask,
-    double dropout_p,
     bool enable_gqa) {
-  if (dropout_p != 0.0) {
-    return false;
-  }
   if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4) {
     return false;
   }
@@ -73,12 +70,12 @@ int64_t fused_sdp_choice(
     const at::Tensor& key,
     const at::Tensor& value,
     const std::optional<at::Tensor>& attn_mask,
-    double dropout_p,
+    double /*dropout_p*/,
     bool /*is_causal*/,
     std::optional<double> /*scale*/,
     bool enable_gqa) {
   if (fused_allowed_by_user() &&
-      fused_takes(query, key, value, attn_mask, dropout_p, enable_gqa)) {
+      fused_takes(query, key, value, attn_mask, enable_gqa)) {
     return static_cast<int64_t>(sdp::SDPBackend::overrideable);
   }
   return static_cast<int64_t>(sdp::SDPBackend::math);

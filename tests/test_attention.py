@@ -91,10 +91,85 @@ def test_calls_the_fused_op_does_not_take_use_the_math_path():
         assert type(_sdpa(q, k, v).grad_fn).__name__ != FUSED
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):  # CUDA code asking for flash gets ours
         assert type(_sdpa(q, k, v).grad_fn).__name__ == FUSED
-    assert type(_sdpa(q, k, v, dropout_p=0.5).grad_fn).__name__ != FUSED  # dropout: the math path
+    assert type(_sdpa(q, k, v, dropout_p=0.5).grad_fn).__name__ == FUSED  # dropout is fused too
     assert type(_sdpa(q[0], k[0], v[0]).grad_fn).__name__ != FUSED  # 3-d: the math path
     with pytest.raises(RuntimeError):  # head counts differ without enable_gqa: ATen's own error
         _sdpa(torch.randn(1, 4, 3, 2, device=TPU), torch.randn(1, 3, 3, 2, device=TPU), torch.randn(1, 3, 3, 2, device=TPU))
+
+
+# ------------------------------------------------------------------ dropout
+#
+# The random mask differs from the CPU's, so these read it back: value is
+# [v | I] (I the S x S identity), whose last S output columns are the
+# dropped probabilities themselves, P * keep / (1 - p) -- in the same call,
+# so eager and compiled alike.  The CPU then recomputes the output and
+# every gradient from that mask.
+
+
+def _dropout_inputs(mask_kind):
+    q, k, v = (t.detach() for t in qkv(q_heads=6 if mask_kind == "grouped" else H))
+    v = torch.cat([v, torch.eye(S).expand(B, H, S, S)], -1)
+    kw = {"grouped": dict(enable_gqa=True), "causal": dict(is_causal=True),
+          "bias": dict(attn_mask=randn(1, H, L, S, seed=5).detach())}.get(mask_kind, {})
+    return q, k, v, kw
+
+
+def _cpu_dropout_reference(q, k, v, kw, dropped, p, weights):
+    """The math path's output and gradients with the mask `dropped` shows."""
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    bias = kw.get("attn_mask")
+    bias = bias.clone().requires_grad_() if bias is not None else None
+    group = q.shape[1] // k.shape[1]
+    kk, vv = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = q @ kk.transpose(-1, -2) / D**0.5
+    if bias is not None:
+        scores = scores + bias
+    if kw.get("is_causal"):
+        scores = scores.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    probs = scores.softmax(-1)
+    out = (probs * (dropped != 0) / (1 - p)) @ vv
+    (out[..., : -S] * weights).sum().backward()
+    return out.detach(), [t.grad for t in (q, k, v, bias) if t is not None]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("mask_kind", ["plain", "causal", "bias", "grouped"])
+def test_fused_attention_dropout_is_one_mask_forward_and_backward(mask_kind, compiled, fresh_dynamo):
+    p = 0.4
+    q, k, v, kw = _dropout_inputs(mask_kind)
+    weights = randn(B, q.shape[1], L, 6, seed=9, grad=False)
+    on_tpu = [t.to(TPU).requires_grad_() for t in (q, k, v)]
+    bias = kw["attn_mask"].to(TPU).requires_grad_() if "attn_mask" in kw else None
+    tpu_kw = dict(kw, attn_mask=bias) if bias is not None else kw
+
+    def f(q, k, v):
+        return _sdpa(q, k, v, dropout_p=p, **tpu_kw)
+
+    out = (torch.compile(f, backend="tpu") if compiled else f)(*on_tpu)
+    (out[..., :-S] * weights.to(TPU)).sum().backward()
+    dropped = out[..., -S:].detach().cpu()
+    ref_out, ref_grads = _cpu_dropout_reference(q, k, v, kw, dropped, p, weights)
+    assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
+    grads = [t.grad for t in on_tpu] + ([bias.grad] if bias is not None else [])
+    assert len(grads) == len(ref_grads)
+    for got, want in zip(grads, ref_grads):
+        assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # the mask really drops about p of the probabilities, and is not all-or-nothing per row
+    live = _sdpa(q, k, v, **kw)[..., -S:] > 0  # the probabilities before dropout
+    rate = 1 - (dropped[live] != 0).float().mean().item()
+    assert 0.25 < rate < 0.55, rate
+
+
+def test_fused_attention_dropout_follows_the_seed():
+    q, k, v = (t.detach().to(TPU) for t in qkv())
+    torch.manual_seed(3)
+    first = _sdpa(q, k, v, dropout_p=0.5)
+    second = _sdpa(q, k, v, dropout_p=0.5)
+    torch.manual_seed(3)
+    again = _sdpa(q, k, v, dropout_p=0.5)
+    assert torch.equal(first.cpu(), again.cpu())
+    assert not torch.equal(first.cpu(), second.cpu())
+    assert torch.equal(_sdpa(q, k, v, dropout_p=1.0).cpu(), torch.zeros(B, H, L, 6))
 
 
 class _Heads(torch.nn.Module):

@@ -583,20 +583,22 @@ class MaskRules:
         key_valid = None if k_rows is None else jnp.swapaxes(k_rows, -1, -2)  # (B, 1, 1, S)
         if forward:
             query, key, value, bias, dropout_p, is_causal, _, scale = values
+            dropout = attention.forward_dropout(ctx, dropout_p)  # (its mask drawn at the padded shape)
             out, lse = attention.attention_forward(ctx, query, key, value, bias, is_causal, scale,
-                                                   key_valid=key_valid)
-            result = attention.forward_returns(ctx, query, key, out, lse)
+                                                   key_valid=key_valid, dropout=dropout)
+            result = attention.forward_returns(ctx, query, key, out, lse, dropout)
             lse_mask = None if q_rows is None else q_rows[..., 0]
             return result, [q_rows, lse_mask] + [None] * 7
         grad_out, query, key, value, bias = values[:5]
-        out, lse, is_causal = values[6], values[7], values[13]
+        out, lse, dropout_p, is_causal, philox_seed = values[6], values[7], values[12], values[13], values[14]
         scale = values[16] if len(values) > 16 else None
         rows = q_rows
         if masks[0] is not None:
             g_rows = jnp.any(_full(masks[0], grad_out.shape), axis=(1, 3), keepdims=True)
             rows = g_rows if rows is None else rows & g_rows
         grads = attention.attention_backward(ctx, grad_out, query, key, value, bias, out, lse.reshape(query.shape[:-1]),
-                                             is_causal, scale, query_valid=rows, key_valid=key_valid)
+                                             is_causal, scale, query_valid=rows, key_valid=key_valid,
+                                             dropout=attention.backward_dropout(dropout_p, philox_seed))
         return grads, [q_rows, k_rows, k_rows, masks[4]]
 
     def _check_from_end(self, op, values, in_metas):

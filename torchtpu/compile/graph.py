@@ -104,7 +104,7 @@ class GraphLowering:
                 raise Unlowerable(f"the lowering of {target} does not take these arguments")
         if schema_of(target).mutated:
             raise Unlowerable(f"in-place {target} in a functional graph")
-        self.random = self.random or lowering.random
+        self.random = self.random or lowering.is_random(*map_arg((node.args, node.kwargs), _meta))
         self.external_lowerings = self.external_lowerings or not executable_cache.covers(lowering.fn)
         self.ops.append(target)
 
@@ -163,8 +163,9 @@ class GraphLowering:
         positions = sch.lowering_positions
         node_meta = self._meta_of(node)
         out_meta = _flat_meta(node_meta)
-        ctx = LoweringContext(op, [metas[i] for i in positions], out_meta, precision, rng if lowering.random else None)
-        if lowering.random:
+        random = lowering.is_random(*map_arg((node.args, node.kwargs), self._meta_of))
+        ctx = LoweringContext(op, [metas[i] for i in positions], out_meta, precision, rng if random else None)
+        if random:
             ctx.stream = index  # each random node draws its own key
         if self.shapes is not None:
             # A symbolic size used as a number (not as a size) is its true value.

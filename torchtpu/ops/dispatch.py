@@ -510,7 +510,7 @@ def _build(entry, values, call, key):
         raise
 
     kernel = _Kernel()
-    kernel.random = lowering.random
+    kernel.random = lowering.is_random(margs, mkwargs)
     kernel.sigs = None
     kernel.fresh = []
     kernel.resized = []
@@ -573,7 +573,7 @@ def _build(entry, values, call, key):
     def kernel_fn(*flat):
         arrays = dict(zip(input_slots, flat[:n_in]))
         dyn = flat[n_in:]
-        rng = dyn[-4:] if lowering.random else None
+        rng = dyn[-4:] if kernel.random else None
         ctx = LoweringContext(op, ctx_args, out_meta, precision, rng)
         lowered = [readers[i](arrays, dyn) for i in lowering_positions]
         with matmul_scope(precision):

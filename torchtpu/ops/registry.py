@@ -22,10 +22,14 @@ aten = torch.ops.aten
 class Lowering:
     fn: object
     static: frozenset = field(default_factory=frozenset)  # Scalar args baked into the kernel
-    random: bool = False  # needs ctx.rng_key()
+    random: object = False  # needs ctx.rng_key(): True, or fn(*meta args) -> bool for some calls only
     traced: frozenset = field(default_factory=frozenset)  # float args passed traced, like Scalars
     meta: object = None  # output metadata where ATen has no meta kernel: fn(*meta args) -> meta tensor(s)
     accepts: object = None  # fn(*meta args) -> False for calls it cannot lower (they fall back to the CPU)
+
+    def is_random(self, args, kwargs):
+        """Whether this call draws random numbers (gets a PRNG key)."""
+        return bool(self.random(*args, **kwargs)) if callable(self.random) else self.random
 
 
 LOWERINGS: dict = {}
@@ -61,7 +65,10 @@ def lower(*targets, static=(), random=False, traced=(), meta=None, accepts=None)
     the output's metadata from the (meta) arguments, for the few ops ATen
     has no meta kernel for (some backward ops).  accepts: a predicate on the
     (meta) arguments; a call it rejects runs on the CPU in eager mode and op
-    by op in a compiled graph (ATen kernels with their own dtype rules)."""
+    by op in a compiled graph (ATen kernels with their own dtype rules).
+    random: True when the op draws random numbers, or a predicate on the
+    (meta) arguments for ops that draw only for some calls (attention with
+    dropout)."""
 
     def deco(fn):
         entry = Lowering(fn, frozenset(static), random, frozenset(traced), meta, accepts)

@@ -225,21 +225,11 @@ def _cache_in_effect():
     return compile_cache.directory()
 
 
-# Tagged random for their dropout argument, but on tpu they only run without
-# dropout (csrc/attention.cpp sends attention with dropout to the math path).
-_DROPOUT_FREE_ON_TPU = {"aten._scaled_dot_product_fused_attention_overrideable.default"}
-
-
 def _notes(report):
-    import torch
-    from .ops import _resolve
-
     random_ops = set()
     for m in report["modes"].values():
         for r in m.get("ops", []):
-            op = _resolve(r["op"])
-            if op is not None and torch.Tag.nondeterministic_seeded in op.tags and r["path"] != "host" \
-                    and r["op"] not in _DROPOUT_FREE_ON_TPU:
+            if r.get("random") and r["path"] != "host":  # (ops.draws_random: fused attention only with dropout)
                 random_ops.add(r["op"])
     if random_ops:
         report["notes"].append(

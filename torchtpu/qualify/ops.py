@@ -27,6 +27,7 @@ class Recorder(TorchDispatchMode):
         self.counts = Counter()
         self.host = Counter()
         self.ops = {}
+        self.random = set()  # ops that drew random numbers on tpu in some call
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -36,9 +37,29 @@ class Recorder(TorchDispatchMode):
         self.ops[name] = func
         if _touches_tpu(args, kwargs):
             self.counts[name] += 1
+            if draws_random(func, args, kwargs):
+                self.random.add(name)
         else:
             self.host[name] += 1
         return func(*args, **kwargs)
+
+
+def _find_lowering(op):
+    from ..ops.registry import find_lowering
+
+    return find_lowering(op)
+
+
+def draws_random(func, args, kwargs) -> bool:
+    """ATen's `nondeterministic_seeded` tag, except for ops that draw only
+    for some calls on tpu (fused attention: only with dropout), which ask
+    their lowering."""
+    if torch.Tag.nondeterministic_seeded not in func.tags:
+        return False
+    lowering = _find_lowering(func)
+    if lowering is not None and callable(lowering.random):
+        return lowering.is_random(args, kwargs)
+    return True
 
 
 def _touches_tpu(args, kwargs):
@@ -53,13 +74,12 @@ def _touches_tpu(args, kwargs):
 def how_it_runs(op) -> str:
     """How `tpu` serves this overload when it does not fall back."""
     from ..ops import special
-    from ..ops.registry import find_lowering
 
     if op is None:
         return "unknown"
     if op in special.HANDLERS:
         return "special handler"
-    if find_lowering(op) is not None:
+    if _find_lowering(op) is not None:
         return "lowered"
     name = op.name()
     if torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
@@ -87,7 +107,8 @@ def eager_table(recorder: Recorder, fallback_delta: dict) -> list:
         op = recorder.ops.get(name)
         falls = fallback_delta.get(name, 0)
         rows.append(
-            dict(op=name, count=count, path=CPU_FALLBACK if falls else NATIVE, how=how_it_runs(op), cpu_calls=falls)
+            dict(op=name, count=count, path=CPU_FALLBACK if falls else NATIVE, how=how_it_runs(op), cpu_calls=falls,
+                 random=name in recorder.random)
         )
     seen = {r["op"] for r in rows}
     for name, falls in sorted(fallback_delta.items()):
@@ -114,7 +135,13 @@ def compiled_table(graphs: list, recorder: Recorder, fallback_delta: dict) -> li
     rows = []
     for name, count in sorted(counts.items()):
         falls = fallback_delta.get(name, 0)
-        rows.append(dict(op=name, count=count, path=CPU_FALLBACK if falls else NATIVE, how=how[name], cpu_calls=falls))
+        op = _resolve(name)
+        # (a graph's op calls are not seen one by one: the tag decides, except
+        # for ops whose lowering draws only for some calls)
+        random = op is not None and torch.Tag.nondeterministic_seeded in op.tags and not callable(
+            getattr(_find_lowering(op), "random", None))
+        rows.append(dict(op=name, count=count, path=CPU_FALLBACK if falls else NATIVE, how=how[name], cpu_calls=falls,
+                         random=random))
     graph_ops = {r["op"] for r in rows}
     eager_rows = eager_table(recorder, {k: v for k, v in fallback_delta.items() if k not in graph_ops})
     for r in eager_rows:

@@ -19,10 +19,17 @@ probabilities without another max/sum pass, and the gradient of the scores
 also gives attn_bias's gradient (a learned bias, e.g. T5's relative
 positions), summed over the dims the bias was broadcast along.
 
-On TPU and GPU the forward runs as a Pallas kernel (torchtpu/pallas/); the
-functions here are the XLA reference it is tested against.
+Dropout (training) drops probabilities after the softmax, as the math path
+does: out = (P * keep / (1 - p)) @ V, the log-sum-exp unchanged.  The keep
+mask comes from the device generator through a PRNG key that the forward
+returns packed in `philox_seed`, so the backward redraws the same mask.
+
+On TPU and GPU the dropout-free forward runs as a Pallas kernel
+(torchtpu/pallas/); the functions here are the XLA reference it is tested
+against.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -95,18 +102,41 @@ def _finite_or(x, fill):
     return jnp.where(jnp.isfinite(x), x, fill)
 
 
-def attention_forward(ctx, query, key, value, attn_bias, is_causal, scale, key_valid=None):
+def attention_forward(ctx, query, key, value, attn_bias, is_causal, scale, key_valid=None, dropout=None):
     """(output in the input dtype, log-sum-exp per query row in float32/64).
-    key_valid: (..., 1, S), False for padded keys (compile/dynamic.py)."""
+    key_valid: (..., 1, S), False for padded keys (compile/dynamic.py).
+    dropout: None or (p, PRNG key) -- see `_dropout_scale`."""
     group = _group(query, key)
     key, value = _repeat_heads(key, group), _repeat_heads(value, group)
     rows = None if key_valid is None else jnp.swapaxes(key_valid, -1, -2)
     key, value = _zero_where_not(rows, key, value)
     s = _scores(ctx, query, key, attn_bias, is_causal, _scale(query, scale), key_valid)
     p, total, row_max = _unnormalized(s)
+    if dropout is not None:
+        p = p * _dropout_scale(dropout, p.shape, p.dtype)
     out = _dot(ctx, p, value, ((p.ndim - 1,), (value.ndim - 2,)))
     out = out * jnp.where(total > 0, 1.0 / jnp.where(total > 0, total, 1.0), 0.0)
     return out.astype(query.dtype), (jnp.log(total) + row_max)[..., 0]
+
+
+def _dropout_scale(dropout, shape, dtype):
+    """keep / (1 - p) with keep ~ Bernoulli(1 - p), all zeros when p == 1
+    (the math path's dropout)."""
+    p, key = dropout
+    keep = jax.random.bernoulli(key, 1.0 - p, shape)
+    return jnp.where(keep, jnp.asarray(0.0 if p == 1 else 1.0 / (1.0 - p), dtype), jnp.zeros((), dtype))
+
+
+def pack_key(key):
+    """A PRNG key as the int64 `philox_seed` the fused op returns."""
+    hi, lo = (x.astype(jnp.uint64) for x in jax.random.key_data(key))
+    return lax.bitcast_convert_type((hi << 32) | lo, jnp.int64)
+
+
+def unpack_key(seed):
+    bits = lax.bitcast_convert_type(jnp.asarray(seed).reshape(()), jnp.uint64)
+    data = jnp.stack([(bits >> 32).astype(jnp.uint32), (bits & 0xFFFFFFFF).astype(jnp.uint32)])
+    return jax.random.wrap_key_data(data, impl="threefry2x32")
 
 
 def _unnormalized(s):
@@ -132,9 +162,10 @@ def _reduce_to(grad, shape):
 
 
 def attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is_causal, scale,
-                       query_valid=None, key_valid=None, bias_grad=True):
+                       query_valid=None, key_valid=None, bias_grad=True, dropout=None):
     """(grad_query, grad_key, grad_value, grad_attn_bias or None).
-    query_valid: (..., L, 1), key_valid: (..., 1, S), False for padded rows."""
+    query_valid: (..., L, 1), key_valid: (..., 1, S), False for padded rows.
+    dropout: the forward's (p, PRNG key), which redraws its mask."""
     group = _group(query, key)
     k, v = _repeat_heads(key, group), _repeat_heads(value, group)
     k, v = _zero_where_not(None if key_valid is None else jnp.swapaxes(key_valid, -1, -2), k, v)
@@ -150,8 +181,14 @@ def attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is
     if query_valid is not None:
         p = jnp.where(query_valid, p, 0.0)
     g = grad_out.astype(acc)
-    grad_v = _dot(ctx, jnp.swapaxes(p, -1, -2), g, ((p.ndim - 1,), (g.ndim - 2,)))
+    # With dropout the output read p * d (d = keep / (1 - p)): v's gradient
+    # sees the dropped probabilities, p's gradient is d * (g @ v^T); the row
+    # term sum_j p_ij d_ij (g @ v^T)_ij is still g . out.
+    d = None if dropout is None else _dropout_scale(dropout, p.shape, acc)
+    grad_v = _dot(ctx, jnp.swapaxes(p if d is None else p * d, -1, -2), g, ((p.ndim - 1,), (g.ndim - 2,)))
     grad_p = _dot(ctx, g, v, ((g.ndim - 1,), (v.ndim - 1,)))
+    if d is not None:
+        grad_p = grad_p * d
     row = jnp.sum(g * out.astype(acc), axis=-1, keepdims=True)  # = sum_j p_ij * grad_p_ij
     grad_s = p * (grad_p - row)
     # (the scale on the (L, D) and (S, D) products rather than on grad_s)
@@ -166,25 +203,43 @@ def attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is
     )
 
 
-@lower(aten._scaled_dot_product_fused_attention_overrideable)
+def _draws_dropout(query, key, value, attn_bias=None, dropout_p=0.0, *args, **kwargs):
+    return dropout_p != 0.0
+
+
+def forward_dropout(ctx, dropout_p):
+    """(p, a fresh PRNG key) for a call with dropout, else None."""
+    return None if dropout_p == 0.0 else (dropout_p, ctx.rng_key())
+
+
+@lower(aten._scaled_dot_product_fused_attention_overrideable, random=_draws_dropout)
 def fused_attention(ctx, query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
                     return_debug_mask=False, scale=None):
-    # (csrc/attention.cpp sends only dropout-free calls here)
-    if dropout_p != 0.0:
-        raise NotImplementedError("torchtpu: fused attention with dropout; the math path handles dropout")
-    kernel = pallas_attention.attention(query, key, value, attn_bias, is_causal, _scale(query, scale), ctx.precision,
-                                        devices.platform())
-    out, lse = kernel if kernel is not None else attention_forward(ctx, query, key, value, attn_bias, is_causal, scale)
-    return forward_returns(ctx, query, key, out, lse)
+    dropout = forward_dropout(ctx, dropout_p)
+    kernel = None
+    if dropout is None:  # (the Pallas kernel has no dropout)
+        kernel = pallas_attention.attention(query, key, value, attn_bias, is_causal, _scale(query, scale),
+                                            ctx.precision, devices.platform())
+    if kernel is None:
+        kernel = attention_forward(ctx, query, key, value, attn_bias, is_causal, scale, dropout=dropout)
+    return forward_returns(ctx, query, key, *kernel, dropout)
 
 
-def forward_returns(ctx, query, key, out, lse):
+def forward_returns(ctx, query, key, out, lse, dropout):
     """The fused op's nine returns around (output, log-sum-exp): no
-    cumulative sequence lengths, the max lengths, a zero dropout seed and
-    offset (no dropout here), no debug mask."""
+    cumulative sequence lengths, the max lengths, the dropout mask's PRNG
+    key packed in philox_seed (0 without dropout; the offset is unused),
+    no debug mask."""
     lse = lse.reshape(ctx.out_meta[1].shape)  # (3-d inputs: a batch of 1)
     seed = offset = jnp.zeros((), jnp.int64)
+    if dropout is not None:
+        seed = pack_key(dropout[1])
     return out, lse, None, None, query.shape[-2], key.shape[-2], seed, offset, None
+
+
+def backward_dropout(dropout_p, philox_seed):
+    """The forward's (p, PRNG key), from what it returned, or None."""
+    return None if dropout_p == 0.0 else (dropout_p, unpack_key(philox_seed))
 
 
 @lower(aten._scaled_dot_product_fused_attention_overrideable_backward)
@@ -193,7 +248,7 @@ def fused_attention_backward(ctx, grad_out, query, key, value, attn_bias, grad_i
                              philox_offset, scale=None):
     lse = logsumexp.reshape(query.shape[:-1])
     grads = attention_backward(ctx, grad_out, query, key, value, attn_bias, out, lse, is_causal, scale,
-                               bias_grad=bool(grad_input_mask[3]))
+                               bias_grad=bool(grad_input_mask[3]), dropout=backward_dropout(dropout_p, philox_seed))
     if attn_bias is not None and grads[3] is None:  # (a boolean mask made -inf/0: nobody reads its gradient)
         grads = grads[:3] + (jnp.zeros(attn_bias.shape, attn_bias.dtype),)
     return grads
