@@ -4,7 +4,8 @@ hits both alike:
 
     python benchmarks/attention.py [--rounds 25]
 
-Rows: forward + backward of one causal attention call at a few sizes, and
+Rows: forward + backward of one causal attention call at a few sizes (and
+one with dropout), a TransformerEncoderLayer training step with dropout, and
 the GPT training step (2 layers, d=128, batch 8x64, AdamW fused) eager and
 under torch.compile(backend="tpu").  `sdpa_kernel([SDPBackend.MATH])` selects
 the math path, `sdpa_kernel([SDPBackend.OVERRIDEABLE])` the fused op.
@@ -30,12 +31,12 @@ import compile as gpt_bench  # noqa: E402  (the GPT and its loss, as benchmarks/
 PATHS = {"math path": SDPBackend.MATH, "fused": SDPBackend.OVERRIDEABLE}
 
 
-def attention_step(device, shape):
+def attention_step(device, shape, dropout_p=0.0):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(shape, generator=g).to(device).requires_grad_() for _ in range(3))
 
     def step():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
         out.sum().backward()
         return out
 
@@ -50,6 +51,24 @@ def gpt_step(compiled):
 
     def step():
         loss = gpt_bench._torch_loss("gpt", forward, x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def encoder_step():
+    """A training step of PyTorch's TransformerEncoderLayer with dropout 0.1
+    (its attention's too), eager."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(128, 4, 512, dropout=0.1, batch_first=True).to("tpu")
+    opt = torch.optim.AdamW(layer.parameters(), lr=1e-3, fused=True)
+    x = torch.randn(8, 64, 128).to("tpu")
+
+    def step():
+        loss = layer(x).square().mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -83,6 +102,15 @@ def main():
         t = race(steps, args.rounds)
         label = f"causal SDPA fwd+bwd {'x'.join(map(str, shape))}"
         print(f"| {label} | {t['math path']:.2f} | {t['fused']:.2f} | {t['math path'] / t['fused']:.2f}x | {t['cpu']:.2f} |")
+    shape = (8, 4, 64, 32)
+    steps = {name: (attention_step("tpu", shape, 0.1), backend) for name, backend in PATHS.items()}
+    steps["cpu"] = (attention_step("cpu", shape, 0.1), SDPBackend.MATH)
+    t = race(steps, args.rounds)
+    label = f"causal SDPA fwd+bwd {'x'.join(map(str, shape))}, dropout 0.1"
+    print(f"| {label} | {t['math path']:.2f} | {t['fused']:.2f} | {t['math path'] / t['fused']:.2f}x | {t['cpu']:.2f} |")
+    t = race({name: (encoder_step(), backend) for name, backend in PATHS.items()}, args.rounds)
+    label = "TransformerEncoderLayer (dropout 0.1) training step, eager"
+    print(f"| {label} | {t['math path']:.1f} | {t['fused']:.1f} | {t['math path'] / t['fused']:.2f}x | - |")
     for compiled in (False, True):
         steps = {name: (gpt_step(compiled), backend) for name, backend in PATHS.items()}
         t = race(steps, args.rounds)
