@@ -97,6 +97,23 @@ def test_calls_the_fused_op_does_not_take_use_the_math_path():
         _sdpa(torch.randn(1, 4, 3, 2, device=TPU), torch.randn(1, 3, 3, 2, device=TPU), torch.randn(1, 3, 3, 2, device=TPU))
 
 
+def test_dynamic_mask_left_static_against_padded_scores(fresh_dynamo):
+    # The second call recompiles: the query length changed (dynamo makes it
+    # symbolic) but the mask, now of another rank, has no history (static
+    # sizes).  Padding the scores alone would not broadcast with it: the
+    # length must stay exact.
+    def f(q, k, v, mask):
+        return _sdpa(q, k, v, attn_mask=mask)
+
+    compiled = torch.compile(f, backend="tpu")
+    for length, mask_shape in ((4, (B, 1, 1, S)), (5, (5, S)), (6, (6, S))):
+        q, k, v = (t.detach() for t in qkv(length=length))
+        mask = randn(*mask_shape, seed=length, grad=False)
+        got = compiled(*(t.to(TPU) for t in (q, k, v, mask)))
+        assert_close(got, f(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert torchtpu.compile_stats()["eager_fallback_graphs"] == 0
+
+
 # ------------------------------------------------------------------ dropout
 #
 # The random mask differs from the CPU's, so these read it back: value is

@@ -569,6 +569,7 @@ class MaskRules:
         inner = self.shapes.padded_symbols([q_meta, k_meta, in_metas[q_pos + 2]], dims={1, 3})
         if inner:
             raise Unpaddable(f"{op} with padded heads or head dims", inner)
+        self._check_attention_mask(op, q_meta, k_meta, in_metas[q_pos + 3])
 
         def validity(position):  # (B or 1, 1, n, 1): which rows of q/k/v are real
             m = masks[position]
@@ -600,6 +601,19 @@ class MaskRules:
                                              is_causal, scale, query_valid=rows, key_valid=key_valid,
                                              dropout=attention.backward_dropout(dropout_p, philox_seed))
         return grads, [q_rows, k_rows, k_rows, masks[4]]
+
+    def _check_attention_mask(self, op, q_meta, k_meta, bias_meta):
+        """The fused op's meta does not check that its mask broadcasts
+        against the scores, so dynamo may leave a mask dim static (its size
+        never changed) where the scores' dim is symbolic: the graph only runs
+        at that size, and padding the scores alone cannot work."""
+        if not isinstance(bias_meta, torch.Tensor):
+            return
+        scores = (q_meta.shape[0], q_meta.shape[1], q_meta.shape[2], k_meta.shape[2])
+        for b, n in zip(reversed(bias_meta.shape), reversed(scores)):
+            if b != 1 and self.shapes.size(b) != self.shapes.size(n):
+                symbols = (_expr(b).free_symbols | _expr(n).free_symbols) & self.shapes.bucketed
+                raise Unpaddable(f"{op}: its mask's size {b} against the scores' padded {n}", symbols)
 
     def _check_from_end(self, op, values, in_metas):
         indices = {aten.slice.Tensor: (2, 3), aten.narrow.default: (2,), aten.select.int: (2,)}.get(op)
