@@ -45,8 +45,10 @@ class Recorder(TorchDispatchMode):
 
 
 def _find_lowering(op):
+    from ..ops.registration import ensure_loaded
     from ..ops.registry import find_lowering
 
+    ensure_loaded()  # (the lowering table loads with the first tpu op)
     return find_lowering(op)
 
 
@@ -60,6 +62,15 @@ def draws_random(func, args, kwargs) -> bool:
     if lowering is not None and callable(lowering.random):
         return lowering.is_random(args, kwargs)
     return True
+
+
+def _tagged_random(name) -> bool:
+    """For op calls not seen one by one (inside compiled graphs, or falling
+    back inside another op): the tag decides, except for ops whose lowering
+    draws only for some calls."""
+    op = _resolve(name)
+    return op is not None and torch.Tag.nondeterministic_seeded in op.tags and not callable(
+        getattr(_find_lowering(op), "random", None))
 
 
 def _touches_tpu(args, kwargs):
@@ -113,7 +124,8 @@ def eager_table(recorder: Recorder, fallback_delta: dict) -> list:
     seen = {r["op"] for r in rows}
     for name, falls in sorted(fallback_delta.items()):
         if name not in seen:  # fell back inside another op (decomposition or composite)
-            rows.append(dict(op=name, count=falls, path=CPU_FALLBACK, how="inside another op", cpu_calls=falls))
+            rows.append(dict(op=name, count=falls, path=CPU_FALLBACK, how="inside another op", cpu_calls=falls,
+                             random=_tagged_random(name)))
     for name, count in sorted(recorder.host.items()):
         if name not in seen:
             rows.append(dict(op=name, count=count, path=HOST, how="CPU tensors only", cpu_calls=0))
@@ -135,13 +147,8 @@ def compiled_table(graphs: list, recorder: Recorder, fallback_delta: dict) -> li
     rows = []
     for name, count in sorted(counts.items()):
         falls = fallback_delta.get(name, 0)
-        op = _resolve(name)
-        # (a graph's op calls are not seen one by one: the tag decides, except
-        # for ops whose lowering draws only for some calls)
-        random = op is not None and torch.Tag.nondeterministic_seeded in op.tags and not callable(
-            getattr(_find_lowering(op), "random", None))
         rows.append(dict(op=name, count=count, path=CPU_FALLBACK if falls else NATIVE, how=how[name], cpu_calls=falls,
-                         random=random))
+                         random=_tagged_random(name)))
     graph_ops = {r["op"] for r in rows}
     eager_rows = eager_table(recorder, {k: v for k, v in fallback_delta.items() if k not in graph_ops})
     for r in eager_rows:
