@@ -530,6 +530,24 @@ void slow_path(
 
 // ------------------------------------------------------------- the hit
 
+// A new tpu tensor (its storage from our allocator, no box yet).
+at::Tensor new_tpu_tensor(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype) {
+  return at::detail::empty_strided_generic(
+      sizes, strides, get_allocator_base(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+}
+
+// boxes[address] = (value, sig)
+void bind_box(uintptr_t address, PyObject* value, PyObject* sig) {
+  PyObject* entry = PyTuple_Pack(2, value, sig);
+  PyObject* py_address = PyLong_FromUnsignedLongLong(address);
+  const int rc = PyDict_SetItem(state()->boxes, py_address, entry);
+  Py_DECREF(py_address);
+  Py_DECREF(entry);
+  if (rc != 0) {
+    rethrow_python();
+  }
+}
+
 void run_spec(
     const Spec& spec,
     const c10::OperatorHandle& op,
@@ -541,12 +559,7 @@ void run_spec(
   {
     c10::DeviceGuard guard(device);
     for (const auto& f : spec.fresh) {
-      fresh.push_back(at::detail::empty_strided_generic(
-          f.sizes,
-          f.strides,
-          get_allocator_base(),
-          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-          f.dtype));
+      fresh.push_back(new_tpu_tensor(f.sizes, f.strides, f.dtype));
     }
   }
   const size_t n_in = spec.input_slots.size();
@@ -606,14 +619,7 @@ void run_spec(
     if (address == 0) {
       continue;
     }
-    PyObject* entry = PyTuple_Pack(2, value, spec.sigs[i].ptr());
-    PyObject* py_address = PyLong_FromUnsignedLongLong(address);
-    const int rc = PyDict_SetItem(state()->boxes, py_address, entry);
-    Py_DECREF(py_address);
-    Py_DECREF(entry);
-    if (rc != 0) {
-      rethrow_python();
-    }
+    bind_box(address, value, spec.sigs[i].ptr());
   }
   if (!spec.checks.is_none()) {
     PyObject* code = PyTuple_GET_ITEM(results, spec.writes.size());
@@ -807,7 +813,6 @@ py::object graph_call_key(const py::tuple& args) {
 // strides, dtype) spec, its storage boxed with results[k] (signature
 // sigs[k]) -- what run_spec does for an eager kernel's outputs.
 py::list bind_fresh(const py::list& specs, int device_index, const py::tuple& results, const py::list& sigs) {
-  State* s = state();
   const c10::Device device(kTpu, static_cast<c10::DeviceIndex>(device_index));
   c10::DeviceGuard guard(device);
   py::list out(specs.size());
@@ -817,20 +822,11 @@ py::list bind_fresh(const py::list& specs, int device_index, const py::tuple& re
     const auto strides = spec[1].cast<std::vector<int64_t>>();
     PyObject* dtype = spec[2].ptr();
     TORCH_CHECK(THPDtype_Check(dtype), "torchtpu: a fresh output's spec needs a torch.dtype");
-    at::Tensor t = at::detail::empty_strided_generic(
-        sizes,
-        strides,
-        get_allocator_base(),
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-        reinterpret_cast<THPDtype*>(dtype)->scalar_type);
+    at::Tensor t = new_tpu_tensor(sizes, strides, reinterpret_cast<THPDtype*>(dtype)->scalar_type);
     const auto address = reinterpret_cast<uintptr_t>(t.storage().data());
     PyObject* value = PyTuple_GET_ITEM(results.ptr(), k);
     if (address != 0 && value != Py_None) {
-      py::tuple entry = py::make_tuple(py::reinterpret_borrow<py::object>(value), sigs[k]);
-      py::object py_address = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(address));
-      if (PyDict_SetItem(s->boxes, py_address.ptr(), entry.ptr()) != 0) {
-        rethrow_python();
-      }
+      bind_box(address, value, sigs[k].ptr());
     }
     out[k] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(t)));
   }

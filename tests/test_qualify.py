@@ -291,7 +291,7 @@ def test_attention_counts_as_random_only_when_it_drops():
 
     attention = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
     q = torch.empty(1, 1, 2, 2)
-    assert not draws_random(attention, (q, q, q, None, 0.0), {})
-    assert draws_random(attention, (q, q, q), {"dropout_p": 0.1})
-    assert draws_random(torch.ops.aten.native_dropout.default, (q, 0.1, True), {})
-    assert not draws_random(torch.ops.aten.add.Tensor, (q, q), {})
+    assert not draws_random(attention, ((q, q, q, None, 0.0), {}))
+    assert draws_random(attention, ((q, q, q), {"dropout_p": 0.1}))
+    assert draws_random(torch.ops.aten.native_dropout.default, ((q, 0.1, True), {}))
+    assert not draws_random(torch.ops.aten.add.Tensor, ((q, q), {}))

@@ -37,7 +37,7 @@ class Recorder(TorchDispatchMode):
         self.ops[name] = func
         if _touches_tpu(args, kwargs):
             self.counts[name] += 1
-            if draws_random(func, args, kwargs):
+            if draws_random(func, (args, kwargs)):
                 self.random.add(name)
         else:
             self.host[name] += 1
@@ -52,25 +52,18 @@ def _find_lowering(op):
     return find_lowering(op)
 
 
-def draws_random(func, args, kwargs) -> bool:
+def draws_random(op, call=None) -> bool:
     """ATen's `nondeterministic_seeded` tag, except for ops that draw only
     for some calls on tpu (fused attention: only with dropout), which ask
-    their lowering."""
-    if torch.Tag.nondeterministic_seeded not in func.tags:
+    their lowering about `call`, (args, kwargs); for calls not seen one by
+    one (inside compiled graphs, falling back inside another op) those
+    count as not drawing."""
+    if op is None or torch.Tag.nondeterministic_seeded not in op.tags:
         return False
-    lowering = _find_lowering(func)
+    lowering = _find_lowering(op)
     if lowering is not None and callable(lowering.random):
-        return lowering.is_random(args, kwargs)
+        return call is not None and lowering.is_random(*call)
     return True
-
-
-def _tagged_random(name) -> bool:
-    """For op calls not seen one by one (inside compiled graphs, or falling
-    back inside another op): the tag decides, except for ops whose lowering
-    draws only for some calls."""
-    op = _resolve(name)
-    return op is not None and torch.Tag.nondeterministic_seeded in op.tags and not callable(
-        getattr(_find_lowering(op), "random", None))
 
 
 def _touches_tpu(args, kwargs):
@@ -125,7 +118,7 @@ def eager_table(recorder: Recorder, fallback_delta: dict) -> list:
     for name, falls in sorted(fallback_delta.items()):
         if name not in seen:  # fell back inside another op (decomposition or composite)
             rows.append(dict(op=name, count=falls, path=CPU_FALLBACK, how="inside another op", cpu_calls=falls,
-                             random=_tagged_random(name)))
+                             random=draws_random(_resolve(name))))
     for name, count in sorted(recorder.host.items()):
         if name not in seen:
             rows.append(dict(op=name, count=count, path=HOST, how="CPU tensors only", cpu_calls=0))
@@ -148,7 +141,7 @@ def compiled_table(graphs: list, recorder: Recorder, fallback_delta: dict) -> li
     for name, count in sorted(counts.items()):
         falls = fallback_delta.get(name, 0)
         rows.append(dict(op=name, count=count, path=CPU_FALLBACK if falls else NATIVE, how=how[name], cpu_calls=falls,
-                         random=_tagged_random(name)))
+                         random=draws_random(_resolve(name))))
     graph_ops = {r["op"] for r in rows}
     eager_rows = eager_table(recorder, {k: v for k, v in fallback_delta.items() if k not in graph_ops})
     for r in eager_rows:

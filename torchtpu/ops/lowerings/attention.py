@@ -39,6 +39,7 @@ from ...pallas import attention as pallas_attention
 from ...runtime import devices
 from ..registry import lower
 from .common import acc_dtype
+from .dropout import keep_mask
 
 aten = torch.ops.aten
 
@@ -122,9 +123,8 @@ def attention_forward(ctx, query, key, value, attn_bias, is_causal, scale, key_v
 def _dropout_scale(dropout, shape, dtype):
     """keep / (1 - p) with keep ~ Bernoulli(1 - p), all zeros when p == 1
     (the math path's dropout)."""
-    p, key = dropout
-    keep = jax.random.bernoulli(key, 1.0 - p, shape)
-    return jnp.where(keep, jnp.asarray(0.0 if p == 1 else 1.0 / (1.0 - p), dtype), jnp.zeros((), dtype))
+    keep, scale = keep_mask(dropout[1], dropout[0], shape)
+    return jnp.where(keep, jnp.asarray(scale, dtype), jnp.zeros((), dtype))
 
 
 def pack_key(key):

@@ -24,13 +24,18 @@ def _scaled(x, mask, scale):
     return ((x * mask.astype(dtype)).astype(acc) * scale).astype(dtype)
 
 
+def keep_mask(key, p, shape):
+    """(keep ~ Bernoulli(1 - p) of `shape`, the scale 1 / (1 - p) of kept
+    values, 0 when p == 1).  Also fused attention's dropout."""
+    keep = 1.0 - p
+    return jax.random.bernoulli(key, keep, shape), (0.0 if keep == 0 else 1.0 / keep)
+
+
 @lower(aten.native_dropout, random=True)
 def native_dropout(ctx, input, p, train):
     if train is False:
         return input, jnp.ones(input.shape, jnp.bool_)
-    keep = 1.0 - p
-    scale = 0.0 if keep == 0 else 1.0 / keep
-    mask = jax.random.bernoulli(ctx.rng_key(), keep, input.shape)
+    mask, scale = keep_mask(ctx.rng_key(), p, input.shape)
     return _scaled(input, mask, scale), mask
 
 
