@@ -131,16 +131,21 @@ def test_tri_indices(row, col, offset):
 
 
 def test_factories_compile_once_per_static_signature():
+    """Scalars are baked into a kernel until their position has shown
+    dispatch.MAX_BAKED_VALUES values, then traced: one more kernel serves
+    every later value."""
     def compiles():
         return torchtpu.kernel_cache_stats()["compiles"]
 
-    torch.linspace(0, 1, 13, device=TPU)
-    n = compiles()
-    torch.linspace(-3, 7, 13, device=TPU)  # new start/end values are traced
-    torch.full((4, 7), 2.0, device=TPU)
+    for v in (2.0, -9.0, 5.0, 6.0):
+        for _ in range(2):  # (a fill kernel's first call is served from the host: host_fill.py)
+            torch.full((4, 7), v, device=TPU)
+            torch.linspace(v, 10, 13, device=TPU)
     m = compiles()
-    torch.full((4, 7), -9.0, device=TPU)
-    assert compiles() == m and m == n + 1
+    for v in (-1.5, 3.25, 100.0):
+        assert_close(torch.full((4, 7), v, device=TPU), torch.full((4, 7), v))
+        assert_close(torch.linspace(v, 10, 13, device=TPU), torch.linspace(v, 10, 13))
+    assert compiles() == m
 
 
 def test_factory_on_second_device():

@@ -21,7 +21,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import to_jax
-from . import aten_checks, plans
+from . import aten_checks, host_fill, plans
 from .aten_checks import C10_NAMES as _C10_NAMES
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
@@ -317,7 +317,8 @@ def run(op, args, kwargs):
 
 
 def run_with_kernel(op, args, kwargs):
-    """One eager call of a lowered op: (result, the kernel that ran)."""
+    """One eager call of a lowered op: (result, the kernel that ran, or
+    None when no kernel ran: a fill served from the host)."""
     _drain()
     entry = entry_of(op)
     sch = entry.schema
@@ -330,6 +331,10 @@ def run_with_kernel(op, args, kwargs):
         key = call.key(sch, entry, values)
         kernel = _cache.get(key)
     if kernel is None:
+        served = host_fill.serve(op, values, call, key)
+        if served is not None:
+            stats["calls"] += 1
+            return served, None
         kernel = _build(entry, values, call, key)
         _cache[key] = kernel
         stats["compiles"] += 1

@@ -89,7 +89,7 @@ def slow_path(name: str, overload: str, args, kwargs):
     if dispatch.entry_of(op).lowering is not None:
         try:
             result, kernel = dispatch.run_with_kernel(op, args, kwargs)
-            return result, kernel.fastpath_spec()
+            return result, None if kernel is None else kernel.fastpath_spec()
         except dispatch.Declined:
             return fallback.run_on_cpu(op, args, kwargs), None
         except dispatch.Unsupported:
