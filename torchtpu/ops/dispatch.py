@@ -21,7 +21,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import to_jax
-from . import aten_checks, host_fill, plans
+from . import aten_checks, host_fill, plans, scalar_overflow
 from .aten_checks import C10_NAMES as _C10_NAMES
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
@@ -514,6 +514,7 @@ def _build(entry, values, call, key):
             raise Unsupported(str(e)) from e
         raise
 
+    scalar_checks = scalar_overflow.traced_checks(sch, values, meta_out, entry.dynamic)
     kernel = _Kernel()
     kernel.random = lowering.is_random(margs, mkwargs)
     kernel.sigs = None
@@ -581,6 +582,8 @@ def _build(entry, values, call, key):
         rng = dyn[-4:] if kernel.random else None
         ctx = LoweringContext(op, ctx_args, out_meta, precision, rng)
         lowered = [readers[i](arrays, dyn) for i in lowering_positions]
+        for position, dtype in scalar_checks:
+            scalar_overflow.device_check(ctx, readers[position](arrays, dyn), dtype)
         with matmul_scope(precision):
             result = lowering.fn(ctx, *lowered)
         flat_result = _flatten_result(result, len(expected), op)

@@ -1,0 +1,105 @@
+"""Scalars ATen converts with an overflow check (ops/scalar_overflow.py):
+`uint8.fill_(300)`, `masked_fill(m, 300)`, `half.clamp(max=1e5)` raise on
+CPU, and must raise on tpu too -- not wrap or saturate -- whether the Scalar
+is baked into the kernel or traced."""
+
+import math
+
+import jax.numpy as jnp
+import pytest
+import torch
+
+from torchtpu.ops import scalar_overflow
+from torchtpu.runtime.dtypes import to_jax
+
+OVERFLOW = "without overflow"
+M = torch.tensor([True, False, True])
+IDX = torch.tensor([0])
+
+# name -> fn(device, dtype, value): one call converting `value` with a check.
+CASES = {
+    "fill_": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).fill_(v),
+    "full": lambda d, dt, v: torch.full((3,), v, dtype=dt, device=d),
+    "full_like": lambda d, dt, v: torch.full_like(torch.zeros(3, dtype=dt, device=d), v),
+    "masked_fill": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).masked_fill(M.to(d), v),
+    "index_fill_": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).index_fill_(0, IDX.to(d), v),
+    "scatter": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).scatter(0, IDX.to(d), v),
+    "clamp_min": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).clamp(min=v),
+    "clamp_max": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).clamp_max(v),
+    "threshold": lambda d, dt, v: torch.nn.functional.threshold(torch.zeros(3, dtype=dt, device=d), 1, v),
+    "hardtanh": lambda d, dt, v: torch.nn.functional.hardtanh(torch.zeros(3, dtype=dt, device=d), -abs(v), abs(v)),
+    "add_alpha": lambda d, dt, v: torch.add(torch.ones(3, dtype=dt, device=d), torch.ones(3, dtype=dt, device=d),
+                                            alpha=v),
+    "where": lambda d, dt, v: torch.where(M.to(d), torch.zeros(3, dtype=dt, device=d), v),
+    "setitem": lambda d, dt, v: _setitem(torch.zeros(3, dtype=dt, device=d), v),
+}  # fmt: skip
+
+
+def _setitem(t, v):
+    t[1] = v
+    return t
+
+
+def _outcome(fn):
+    try:
+        return "ok", fn().cpu()
+    except (RuntimeError, TypeError) as e:
+        return type(e).__name__, str(e)
+
+
+def _same(cpu, tpu, where):
+    assert tpu[0] == cpu[0], f"{where}: cpu {cpu}, tpu {tpu}"
+    if cpu[0] == "ok":
+        torch.testing.assert_close(tpu[1], cpu[1], equal_nan=True, msg=where)
+    else:  # (a device-side check adds where it was raised)
+        assert tpu[1].startswith(cpu[1]), where
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize(
+    "dtype, value",
+    [(torch.uint8, 300), (torch.uint8, -1), (torch.uint8, -256), (torch.int8, -129), (torch.int8, 127),
+     (torch.int32, 2**31), (torch.float16, 1e5), (torch.float16, 65504.0), (torch.bfloat16, 1e39),
+     (torch.float32, 1e300), (torch.float32, float("inf"))],
+)  # fmt: skip
+def test_baked_scalar_raises_as_on_cpu(name, dtype, value):
+    fn = CASES[name]
+    if name in ("hardtanh", "threshold") and not (dtype.is_floating_point or dtype in (torch.int8, torch.int32)):
+        pytest.skip("no CPU kernel for this dtype")
+    _same(_outcome(lambda: fn("cpu", dtype, value)), _outcome(lambda: fn("tpu", dtype, value)), f"{name} {value}")
+
+
+@pytest.mark.parametrize("name", ["fill_", "masked_fill", "clamp_min", "add_alpha"])
+def test_traced_scalar_raises_at_the_next_synchronization(name):
+    """Past dispatch.MAX_BAKED_VALUES distinct values the Scalar is traced: the
+    kernel checks it on the device."""
+    fn = CASES[name]
+    for value in range(1, 7):  # the position turns traced
+        _same(_outcome(lambda: fn("cpu", torch.uint8, value)), _outcome(lambda: fn("tpu", torch.uint8, value)),
+              f"{name} {value}")
+    out = fn("tpu", torch.uint8, 300)  # eager ops do not wait for the check
+    with pytest.raises(RuntimeError, match="value cannot be converted to type uint8_t without overflow"):
+        out.cpu()
+    torch.testing.assert_close(fn("tpu", torch.uint8, 200).cpu(), fn("cpu", torch.uint8, 200))
+
+
+VALUES = [0, 1, -1, 127, 128, -128, -129, 255, 256, -255, -256, 65504, 65505, 65519.0, 65520.0, 1e5, -1e5, 2**31,
+          -(2**31) - 1, 2**63 - 1, -(2**63), 1e300, -1e300, math.inf, -math.inf, math.nan, 0.5, -0.5, 255.5, -1.0,
+          448.0, 449.0, 57344.0, 3.5e38, True, False, 1 + 0j, 1 + 1j, 1e300 + 0j, complex(0, 1e300)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", sorted(scalar_overflow.CPP_NAMES, key=str))
+def test_device_rules_agree_with_atens_conversion(dtype):
+    """`overflows` (the traced check) against ATen's checked conversion, and
+    the message's type name against ATen's."""
+    for value in VALUES:
+        try:
+            torch.empty(2, dtype=dtype).fill_(value)
+            expected = False
+        except RuntimeError as e:
+            if OVERFLOW not in str(e):
+                continue  # (a dtype without a CPU fill)
+            assert f"type {scalar_overflow.CPP_NAMES[dtype]} without" in str(e)
+            expected = True
+        got = bool(scalar_overflow.overflows(jnp.asarray(value), to_jax(dtype)))
+        assert got == expected, f"{dtype} {value!r}: ATen overflows={expected}"
