@@ -548,6 +548,18 @@ _PADDED_CASES = {
     "unfold": lambda x: x.unfold(-1, 2, 1).sum(-1),
     # arange from a size: its start is traced
     "arange from a size": lambda x: x.index_select(-1, torch.arange(x.shape[-1] - 1, -1, -1, device=x.device)),
+    # positions computed from a padded size (found by model probes: wrong
+    # elements, not errors, before those sizes were kept exact)
+    "slice from the middle": lambda x: x[..., x.shape[-1] // 2:] * 2,
+    "narrow at a size": lambda x: x.narrow(-1, x.shape[-1] // 2, 2) * 2,
+    "select the last": lambda x: x[..., x.shape[-1] - 1] * 2,
+    "chunk": lambda x: x.chunk(2, -1)[1] * 2,
+    "chunk returned as a view": lambda x: x.chunk(2, -1)[1],
+    "split with a size": lambda x: torch.split(x, [2, x.shape[-1] - 2], -1)[1] * 2,
+    # pieces of a list: cat along the padded dim goes piece after piece
+    "cat along the padded dim": lambda x: torch.cat([x, x * 2, x[..., :1]], -1) + 1,
+    "cat across it": lambda x: torch.cat([x, x * 2], 0).softmax(-1),
+    "stack": lambda x: torch.stack([x, x * 2], 1).sum(-1),
 }
 
 
@@ -568,6 +580,29 @@ def test_dynamic_shapes_padding_rules(name):
             (want * w).sum().backward()
             (got * w.to("tpu")).sum().backward()
             assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_kv_cache_grows_with_bucketed_compilations():
+    """A decode loop appending to a cache with cat along the padded length:
+    right values at every length, one executable per bucket."""
+    torch.manual_seed(0)
+
+    def step(cache, new, q):
+        cache = torch.cat([cache, new], 1)
+        return cache, torch.softmax(q @ cache.transpose(1, 2), -1) @ cache
+
+    compiled = torch.compile(step, backend="tpu", dynamic=True)
+    cache, q = torch.randn(2, 3, 8), torch.randn(2, 1, 8)
+    tpu_cache = cache.to("tpu")
+    for _ in range(14):  # lengths 4..17
+        new = torch.randn(2, 1, 8)
+        cache, out = step(cache, new, q)
+        tpu_cache, tpu_out = compiled(tpu_cache, new.to("tpu"), q.to("tpu"))
+        assert_close(tpu_cache, cache, rtol=0, atol=0)
+        assert_close(tpu_out, out, **TOL)
+    stats = _graph_stats()
+    assert stats["eager_fallback_graphs"] == 0
+    assert stats["compilations"] <= 4, stats["per_graph"]  # buckets 4, 8, 16, 32
 
 
 def test_dynamic_python_sum_of_sizes_compiles_whole():

@@ -444,6 +444,17 @@ def _dims(dim, ndim):
     return [d % max(ndim, 1) for d in dim]
 
 
+# Arguments that are positions along a dim, not sizes: evaluated at padded
+# sizes they point elsewhere (x[n // 2] would read the padded n's middle,
+# split's later pieces would start late), so their symbols are kept exact.
+POSITION_ARGS = {
+    aten.slice.Tensor: (2,), aten.narrow.default: (2,), aten.select.int: (2,), aten.split.Tensor: (1,),
+    aten.split_with_sizes.default: (1,), aten.slice_scatter.default: (3,), aten.select_scatter.default: (3,),
+    aten.diagonal.default: (1,), aten.roll.default: (1,), aten.constant_pad_nd.default: (1,),
+    aten.as_strided.default: (3,),
+}  # fmt: skip
+
+
 class MaskRules:
     """Applies the masking rule of one node: returns (inputs to give the
     lowering, a function from its output(s) to their mask(s))."""
@@ -454,6 +465,9 @@ class MaskRules:
     def prepare(self, node, op, values, masks, in_metas, out_meta, lowering_fn, ctx):
         """values: schema-normalised args (tensors as arrays); masks: same
         positions, a mask or None.  Returns (result, out_masks)."""
+        self._check_positions(op, in_metas)
+        if any(isinstance(m, list) for m in masks):
+            return self._tensor_list(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
         tensor_masks = [m for m in masks if m is not None]
         if not tensor_masks:
             result = lowering_fn(ctx, *values)
@@ -513,6 +527,43 @@ class MaskRules:
             return self._attention(op, values, masks, in_metas, ctx)
         masked = [meta for meta, m in zip(in_metas, masks) if m is not None]
         raise Unpaddable(f"no padding rule for {op} on padded data", self.shapes.padded_symbols(masked))
+
+    def _check_positions(self, op, in_metas):
+        symbols = set()
+        for i in POSITION_ARGS.get(op, ()):
+            arg = in_metas[i] if i < len(in_metas) else None
+            for v in arg if isinstance(arg, (list, tuple)) else (arg,):
+                if isinstance(v, torch.SymInt):
+                    symbols |= _expr(v).free_symbols & self.shapes.bucketed
+        if symbols:
+            raise Unpaddable(f"{op} at a position computed from a padded size", symbols)
+
+    def _tensor_list(self, op, values, masks, in_metas, out_meta, fn, ctx):
+        """cat and stack of padded values (other ops taking a list of
+        tensors -- index, index_put -- have no rule)."""
+        pieces, metas = values[0], in_metas[0]
+        if op not in (aten.cat.default, aten.stack.default) or any(isinstance(m, list) for m in masks[1:]):
+            flat = [m for meta in in_metas for m in (meta if isinstance(meta, (list, tuple)) else [meta])]
+            raise Unpaddable(f"no padding rule for {op} on a list of padded values", self.shapes.padded_symbols(flat))
+        full = [jnp.ones(jnp.shape(t), bool) if m is None else _full(m, jnp.shape(t)) for t, m in zip(pieces, masks[0])]
+        dim = values[1] if len(values) > 1 else 0
+        if op == aten.stack.default:
+            return fn(ctx, *values), [jnp.stack(full, axis=dim % (jnp.ndim(pieces[0]) + 1))]
+        out = out_meta[0]
+        d = dim % out.dim()
+        keep = [i for i, m in enumerate(metas) if not (m.dim() == 1 and m.shape[0] == 0)]  # (cat skips these)
+        if not any(self.shapes.is_padded_dim(metas[i].shape[d]) for i in keep):
+            return fn(ctx, *values), [jnp.concatenate([full[i] for i in keep], axis=d)]
+        # Along a padded dim, each piece goes right after the previous one's
+        # true end, so the real elements stay a prefix of the padded result.
+        shape = self.shapes.shape(out.shape)
+        result, mask = jnp.zeros(shape, ctx.out_dtype), jnp.zeros(shape, bool)
+        start = [jnp.int32(0)] * len(shape)
+        for i in keep:
+            result = lax.dynamic_update_slice(result, pieces[i].astype(ctx.out_dtype), start)
+            mask = lax.dynamic_update_slice(mask, full[i], start)
+            start[d] = start[d] + jnp.asarray(self.shapes.true_value(metas[i].shape[d]), jnp.int32)
+        return result, [mask]
 
     def _rows(self, op, masks, in_metas):
         """Which samples (dim 0) are real, for an op that is per sample:

@@ -186,8 +186,7 @@ class GraphLowering:
             result = lowering.fn(ctx, *args)
         else:
             arg_nodes = sch.normalize(list(node.args), dict(node.kwargs))
-            arg_masks = [self.masks.get(arg_nodes[i]) if isinstance(arg_nodes[i], torch.fx.Node) else None
-                         for i in positions]
+            arg_masks = [self._mask_of(arg_nodes[i]) for i in positions]
             # (masks come from the symbolic metadata: which dims are padded)
             symbolic_in = sch.normalize(map_arg(node.args, _meta), map_arg(node.kwargs, _meta))
             result, out_masks = self.rules.prepare(
@@ -197,6 +196,17 @@ class GraphLowering:
             self.masks[node] = out_masks if isinstance(node_meta, (tuple, list)) else out_masks[0]
         self.checks.extend((ok, value, message, error, str(op)) for ok, value, message, error in ctx.checks)
         return _conform(result, node_meta, op)
+
+    def _mask_of(self, arg):
+        """An argument's mask: a list of them for a list of tensors (cat's
+        pieces) when any piece has one."""
+        if isinstance(arg, torch.fx.Node):
+            return self.masks.get(arg)
+        if isinstance(arg, (list, tuple)):
+            masks = [self.masks.get(a) if isinstance(a, torch.fx.Node) else None for a in arg]
+            if any(m is not None for m in masks):
+                return masks
+        return None
 
     def _concrete(self, meta):
         """A symbolic meta value at this call's padded sizes."""

@@ -8,6 +8,8 @@ rebuilds an aliased output from our tensor's geometry when the view has
 symbolic arguments (it cannot replay those itself), so a copy at offset 0
 would come back shifted."""
 
+import operator
+
 import torch
 
 from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS
@@ -27,6 +29,11 @@ def _copied_into_inputs(graph, placeholders):
     return copied
 
 
+def _is_view(node):
+    return (isinstance(node, torch.fx.Node) and node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view)
+
+
 def view_of_returned(node, placeholders, out_nodes):
     """(root, the node its value stands for, nodes to evaluate in order) when
     output `node` is, through view ops only, a view of a graph input or of
@@ -39,8 +46,11 @@ def view_of_returned(node, placeholders, out_nodes):
     copied = _copied_into_inputs(node.graph, placeholders) if isinstance(node, torch.fx.Node) else {}
     chain = []
     while isinstance(node, torch.fx.Node) and node not in placeholders and node not in copied:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target.is_view:
+        if node.op == "call_function" and node.target is operator.getitem and _is_view(node.args[0]):
+            chain.append(node)  # one piece of split / chunk / unbind
+            node = node.args[0]
+            continue
+        if not _is_view(node):
             break
         chain.append(node)
         node = node.args[0]
