@@ -16,7 +16,8 @@ in one file, so they share compiled kernels): CI runs
 
 Known failures are listed in tests/opinfo_expected_failures.txt, one case id
 a line with a reason.  The list is strict: a listed case that passes fails,
-so the list only shrinks.
+so the list only shrinks -- except a reason starting "machine-dependent",
+a case whose CPU reference differs between CPU models (native bf16/fp16).
 """
 
 import os
@@ -59,7 +60,7 @@ def check(case):
         if reason:
             pytest.xfail(reason)
         raise
-    if reason:
+    if reason and not reason.startswith("machine-dependent"):  # (those pass on some CPUs)
         pytest.fail(
             f"{case.id} passes but is listed in tests/opinfo_expected_failures.txt ({reason}): remove the line"
         )

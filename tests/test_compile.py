@@ -696,3 +696,54 @@ def test_dynamic_view_of_a_non_contiguous_input():
         got, want = compiled(nt), f(n)
         assert_close(got, want, **TOL)
         assert (got.stride(), got.storage_offset()) == (want.stride(), want.storage_offset())
+
+
+_GRAPH_EDGE_CASES = {
+    # CPU tensor literals in the compiled code (torch.distributions builds
+    # them from Python floats): constants of the graph
+    "0-dim CPU literal": lambda x: x - torch.tensor(0.5) * torch.tensor(2.0, dtype=torch.float64),
+    "bfloat16 literal": lambda x: x.bfloat16() + torch.tensor(2.5, dtype=torch.bfloat16),
+    "literal moved to the device": lambda x: x * torch.tensor([1.0, -2.0, 3.0]).to(x.device).exp(),
+    "normal log_prob": lambda x: torch.distributions.Normal(0.0, 1.0).log_prob(x),
+    # split/chunk into a single piece keep the dim
+    "one split piece": lambda x: x.split(3, 1)[0] + 1,
+    "one chunk": lambda x: x.chunk(1, 0)[0] + 1,
+    "split_with_sizes of one": lambda x: x.split([3], 1)[0] + 1,
+    # an empty output beside a non-empty one
+    "empty and non-empty outputs": lambda x: (x[4:] * 3, x + 1),
+    # x[mask] = v: a where (v a scalar, or a row per selected element)
+    "masked assignment": lambda x: _assign(x * 2, (x * 2) > 1.5, 1.5),
+    "masked rows assignment": lambda x: _assign(x.clone(), x[:, 0] > 0, torch.tensor([7.0, 8.0, 9.0]).to(x.device)),
+    "masked accumulate": lambda x: x.clone().index_put_((x > 0,), torch.tensor(5.0), accumulate=True),
+}
+
+
+def _assign(h, mask, value):
+    h[mask] = value
+    return h
+
+
+@pytest.mark.parametrize("name", sorted(_GRAPH_EDGE_CASES))
+def test_graph_edge_cases_compile_whole_and_match_cpu(name):
+    """Each once crashed the backend or fell back op by op (found by model
+    probes and a randomized-program fuzzer)."""
+    fn = _GRAPH_EDGE_CASES[name]
+    x = torch.randn(2, 3)
+    want = fn(x)
+    got = torch.compile(fn, backend="tpu")(x.to("tpu"))
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert _graph_stats()["eager_fallback_graphs"] == 0
+
+
+def test_masked_assignment_of_rows_checks_their_count():
+    def f(x, mask, rows):
+        h = x.clone()
+        h[mask] = rows
+        return h
+
+    compiled = torch.compile(f, backend="tpu")
+    x, rows = torch.randn(4, 2), torch.randn(2, 2)
+    mask = torch.tensor([True, False, True, False])
+    assert_close(compiled(x.to("tpu"), mask.to("tpu"), rows.to("tpu")), f(x, mask, rows))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        compiled(x.to("tpu"), torch.tensor([True, True, True, False]).to("tpu"), rows.to("tpu")).cpu()

@@ -20,7 +20,7 @@ from ..ops.context import LoweringContext, matmul_scope
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
 from ..runtime import executable_cache
-from ..runtime.dtypes import to_jax
+from ..runtime.dtypes import to_jax, torch_to_numpy
 from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS, MaskRules, Unpaddable
 from .dynamic import node_meta as _meta
 
@@ -53,13 +53,22 @@ class GraphLowering:
         self._fingerprint = None
         self.external_lowerings = False  # registered outside torchtpu (not cached on disk)
         self.constants = {}  # get_attr node -> host array (a tensor literal in the model's code)
+        # CPU values computed from constants only (`torch.tensor([..]).to(x.device)`
+        # lifts a CPU copy first): inside the executable they are arrays
+        # like any other, as long as none is returned.
+        self.from_constants = set()
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 self._check(node)
             elif node.op == "get_attr":
                 self.constants[node] = _constant(gm, node.target)
+                self.from_constants.add(node)
             elif node.op in ("call_module", "call_method"):
                 raise Unlowerable(f"FX node kind {node.op} ({node.target})")
+        returned = []
+        map_arg(self.output_node.args[0], returned.append)
+        if any(n in self.from_constants and not _is_tpu_or_scalar(_meta(n)) for n in returned):
+            raise Unlowerable("the graph returns a CPU tensor")
 
     def fingerprint(self):
         """What this graph computes, independent of the process: its code
@@ -83,10 +92,15 @@ class GraphLowering:
             return
         if not isinstance(target, torch._ops.OpOverload):
             raise Unlowerable(f"{target} is not an aten op")
+        inputs = []
+        map_arg((node.args, node.kwargs), inputs.append)
+        host_only = all(n in self.from_constants for n in inputs)
         for val in _flat_meta(_meta(node)):
             if not _is_tpu_or_scalar(val):
-                raise Unlowerable(f"{target} produces a tensor on {val.device}")
-        if target is aten._to_copy.default and _moves_device(node):
+                if not host_only:
+                    raise Unlowerable(f"{target} produces a tensor on {val.device}")
+                self.from_constants.add(node)
+        if target is aten._to_copy.default and _moves_device(node) and not host_only:
             raise Unlowerable(f"{target} moves a tensor to another device")
         if target is aten.copy_.default:
             if node.args[0].op != "placeholder":
@@ -237,8 +251,11 @@ def _constant(gm, target):
     # (read without dispatching: the backend runs under AOTAutograd's fake mode)
     if value.device.type == "tpu":
         return np.asarray(transfer.materialize(value))
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     try:
-        return value.numpy().copy()
+        with unset_fake_temporarily():  # a CPU literal (`x + torch.tensor(2.0)`): numpy() dispatches detach
+            return torch_to_numpy(value.detach()).copy()
     except (TypeError, RuntimeError) as e:  # a dtype numpy lacks (bfloat16)
         raise Unlowerable(f"constant {target} on {value.device}: {e}") from e
 

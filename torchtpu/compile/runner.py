@@ -202,7 +202,9 @@ class CompiledGraph(DynamicCalls):
             results = []
             for k, i in enumerate(fresh_values):
                 shape, strides, dtype = exe.fresh[k]
-                results.append(plans.write_view(None, _nbytes(shape, strides, dtype), shape, strides, 0, outputs[i]))
+                box = plans.write_view(None, _nbytes(shape, strides, dtype), shape, strides, 0, outputs[i])
+                # (an empty output has no box; a placeholder keeps results aligned with exe.writes)
+                results.append(box if box is not None else jnp.zeros((0,), to_jax(dtype)))
             slots = dict(arrays)
             for index, value in mutations.items():
                 if index in exe.host_writes:

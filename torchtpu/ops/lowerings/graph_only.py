@@ -116,14 +116,13 @@ def unfold(ctx, x, dimension, size, step):
             aten.unbind_copy, aten.chunk, aten.tensor_split.sections, aten.tensor_split.indices)
 def split(ctx, x, *rest):
     """Pieces along one dim, in order; their shapes come from ATen."""
-    shapes = [tuple(m.shape) for m in ctx.out_meta]
     ndim = x.ndim
-    dim = next((d for d in range(ndim) if any(s[d] != x.shape[d] for s in shapes if len(s) == ndim)), None)
-    if dim is None:  # unbind: pieces lost the dim
+    if ctx.op in (aten.unbind.int, aten.unbind_copy.int):  # pieces lose the dim
         dim = _dim(rest[0] if rest else 0, ndim)
         return [lax.index_in_dim(x, i, axis=dim, keepdims=False) for i in range(x.shape[dim])]
+    dim = _dim(rest[1] if len(rest) > 1 else 0, ndim)  # (every other overload: x, sizes or sections, dim)
     pieces, start = [], 0
-    for shape in shapes:
+    for shape in (tuple(m.shape) for m in ctx.out_meta):
         length = shape[dim]
         pieces.append(lax.slice_in_dim(x, start, start + length, 1, axis=dim))
         start += length

@@ -415,9 +415,8 @@ def index(ctx, self, indices):
 
 @lower(aten.index_put.default, aten._index_put_impl.default, aten._unsafe_index_put.default)
 def index_put(ctx, self, indices, values, accumulate=False, unsafe=False):
-    for i in indices:
-        if i is not None and i.dtype in (jnp.bool_, jnp.uint8):
-            raise NotImplementedError("torchtpu: boolean mask indices have a data-dependent shape")
+    if any(i is not None and i.dtype in (jnp.bool_, jnp.uint8) for i in indices):
+        return _masked_put(ctx, self, indices, values, accumulate)
     if ctx.op is not aten._unsafe_index_put.default:
         check_advanced_indices(ctx, self, indices)
     at = self.at[index_tuple(indices)]
@@ -425,6 +424,33 @@ def index_put(ctx, self, indices, values, accumulate=False, unsafe=False):
     if accumulate:
         return _accumulate(at, values)
     return at.set(values, mode="drop")
+
+
+def _masked_put(ctx, self, indices, values, accumulate):
+    """`x[mask] = v` inside a compiled graph (eager calls turned the mask
+    into indices first, data_dependent.py): the selected elements, in order,
+    take v's rows -- or all of v when it does not depend on how many the
+    mask selects."""
+    mask = indices[0]
+    rest = tuple(self.shape[mask.ndim:])
+    values = jnp.asarray(values).astype(self.dtype)
+    if len(indices) != 1 or tuple(mask.shape) != tuple(self.shape[: mask.ndim]) or values.ndim > len(rest) + 1:
+        raise NotImplementedError("torchtpu: this boolean mask indexing has a data-dependent shape")
+    mask = mask.astype(jnp.bool_)
+    if values.ndim == len(rest) + 1 and values.shape[0] != 1:
+        # one row of v per selected element (the graph was traced for this count)
+        count = jnp.sum(mask)
+        shown = "".join(f", {n}" for n in rest)
+        ctx.check(count == values.shape[0], f"shape mismatch: value tensor of shape {list(values.shape)} cannot be "
+                  f"broadcast to indexing result of shape [{{value}}{shown}]", value=count)
+        order = jnp.clip(jnp.cumsum(mask.reshape(-1)) - 1, 0, values.shape[0] - 1)
+        values = jnp.broadcast_to(values, (values.shape[0],) + rest)[order].reshape(mask.shape + rest)
+    elif values.ndim == len(rest) + 1:
+        values = values.reshape(values.shape[1:])
+    where = mask.reshape(mask.shape + (1,) * len(rest))
+    if accumulate:
+        return _accumulate(self.at[...], jnp.where(where, values, jnp.zeros((), self.dtype)))
+    return jnp.where(where, values, self)
 
 
 def check_advanced_indices(ctx, self, indices):
