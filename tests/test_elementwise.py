@@ -677,3 +677,23 @@ def test_inplace_and_out_are_single_kernel_calls():
                lambda: x.pow_(2), lambda: x.div_(y, rounding_mode="floor"), lambda: x.lt_(y)):  # fmt: skip
         fn()  # compile
         assert calls(fn) == 1
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [("exp", lambda d, out: torch.exp(torch.linspace(0, 1, 7, device=d), out=out)),
+     ("add 2-d", lambda d, out: torch.add(torch.arange(20.0, device=d).view(4, 5), 1, out=out)),
+     ("arange", lambda d, out: torch.arange(5, out=out)),
+     ("linspace", lambda d, out: torch.linspace(0, 1, 7, out=out))],
+)  # fmt: skip
+@pytest.mark.parametrize("out_numel", [3, 4])
+def test_out_of_the_wrong_size_is_resized_and_written(name, fn, out_numel):
+    """A non-empty out= of another size is resized (with a warning) and holds
+    the result -- once lost to the storage move the resize queued."""
+    dtype = torch.int64 if name == "arange" else torch.float32
+    for _ in range(2):  # the kernel's first call and its cached one
+        want = fn("cpu", torch.zeros(out_numel, dtype=dtype))
+        out = torch.zeros(out_numel, dtype=dtype, device="tpu")
+        with torch.device("tpu"):
+            fn("tpu", out)
+        assert torch.equal(out.cpu(), want)

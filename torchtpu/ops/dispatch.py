@@ -352,6 +352,10 @@ def _execute(kernel, sch, values, call):
         if t.stride() != strides:
             t.as_strided_(sizes, strides)
         resized_addresses[position] = _tensor_info(t)[0]
+    if kernel.resized:
+        # Apply the resizes' storage moves now: drained after the results
+        # are bound, a move would overwrite them with the old bytes.
+        _drain()
     entries = call.entries
     flat = [entries[s][0] for s in kernel.input_slots]
     flat.extend(call.dyn)
