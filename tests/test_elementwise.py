@@ -697,3 +697,31 @@ def test_out_of_the_wrong_size_is_resized_and_written(name, fn, out_numel):
         with torch.device("tpu"):
             fn("tpu", out)
         assert torch.equal(out.cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_gcd_lcm_at_the_types_extremes(dtype):
+    """|min| wraps to min: jnp.gcd never returned there (a hang); ATen gives a
+    negative divisor.  lcm wraps as C's int arithmetic does."""
+    info = torch.iinfo(dtype)
+    vals = torch.tensor([info.min, info.min + 1, -7, -1, 0, 1, 6, 12, 18, info.max]).clamp(info.min, info.max).to(dtype)
+    a, b = vals.repeat_interleave(len(vals)), vals.repeat(len(vals))
+    assert torch.equal(torch.gcd(a.to("tpu"), b.to("tpu")).cpu(), torch.gcd(a, b))
+    if dtype in (torch.int32, torch.int64):  # (C's INT_MIN / -1 traps on the CPU itself)
+        keep = (a != info.min) & (b != info.min)
+        a, b = a[keep], b[keep]
+    assert torch.equal(torch.lcm(a.to("tpu"), b.to("tpu")).cpu(), torch.lcm(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_shifts_broadcast_operands_of_different_ranks(dtype):
+    a, b = torch.tensor([1, 2, 5]).to(dtype), torch.tensor([[1], [2], [9]]).to(dtype)
+    for shift in (torch.bitwise_left_shift, torch.bitwise_right_shift, lambda x, y: x << y, lambda x, y: y >> x):
+        assert torch.equal(shift(a.to("tpu"), b.to("tpu")).cpu(), shift(a, b))
+
+
+def test_integer_pow_to_a_negative_scalar_raises():
+    assert torch.equal(torch.pow(torch.tensor([2, 3], device="tpu"), 2).cpu(), torch.tensor([4, 9]))
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+        torch.pow(torch.tensor([2, 3], device="tpu"), -1).cpu()
+    assert torch.allclose(torch.pow(torch.tensor([2, 4], device="tpu"), -1.0).cpu(), torch.tensor([0.5, 0.25]))

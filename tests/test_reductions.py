@@ -500,3 +500,14 @@ def test_grad_softmax():
     check(lambda a: a.log_softmax(0), x, grad=True)
     # bf16 forward, float32 leaf: bf16 tolerances on the gradient
     check(lambda a: a.bfloat16().softmax(0), x, grad=True, atol=1e-2, rtol=1.6e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_norm_in_a_complex_dtype_keeps_the_imaginary_part(dtype):
+    x = torch.randn(5, dtype=torch.complex64)
+    for ord in (1, 2, 3, float("inf")):
+        want = torch.linalg.vector_norm(x, ord, dtype=dtype)
+        got = torch.linalg.vector_norm(x.to("tpu"), ord, dtype=dtype)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(torch.norm(x.to("tpu"), 2, dtype=dtype).cpu(), torch.norm(x, 2, dtype=dtype))

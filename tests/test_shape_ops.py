@@ -164,3 +164,11 @@ def test_split_chunk_copies():
     check(lambda a: [t * 2 for t in torch.split(a, [3, 2])], x, grad=True)
     check(lambda a: a.narrow_copy(1, 1, 2), x)
     check(lambda a: torch.block_diag(a, a[:2]), x)
+
+
+def test_unfold_backward_broadcasts_its_gradient():
+    """istft's decomposition passes a gradient with a batch of 1."""
+    g = torch.randn(1, 17, 64)
+    want = torch.ops.aten.unfold_backward(g, [2, 320], 1, 64, 16)
+    got = torch.ops.aten.unfold_backward(g.to("tpu"), [2, 320], 1, 64, 16)
+    torch.testing.assert_close(got.cpu(), want)

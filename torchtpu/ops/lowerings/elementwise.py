@@ -562,6 +562,8 @@ def pow_tensor_scalar(ctx, self, exponent):
     m = opmath(dt)
     x = cast(self, m)
     e = cast(exponent, m)
+    if is_integral(m):  # ATen's pow(Tensor, Scalar) argument check
+        ctx.check(e >= 0, "Integers to negative integer powers are not allowed.")
     if not is_floating(m):
         return pow_values(x, e).astype(dt)
     # torch evaluates these exponents exactly (x*x, sqrt, ...), not with pow().
@@ -654,13 +656,31 @@ for _packet, _fn in BITWISE.items():
     lower(_packet.Tensor, _packet.Scalar, _packet.Scalar_Tensor)(_binary_same(_fn, _packet._qualified_op_name[6:]))
 
 
+def _gcd(a, b):
+    """ATen's Euclid on |a|, |b| with C's truncating remainder.  (jnp.gcd
+    never ends when an input is the type's minimum, whose |x| wraps to
+    itself; ATen returns a negative divisor there: gcd(-128, 6) = -2.)"""
+    a, b = jnp.broadcast_arrays(jnp.abs(a), jnp.abs(b))
+
+    def step(state):
+        a, b = state
+        nonzero = a != 0
+        return jnp.where(nonzero, lax.rem(b, jnp.where(nonzero, a, 1)), 0), jnp.where(nonzero, a, b)
+
+    return lax.while_loop(lambda state: jnp.any(state[0] != 0), step, (a, b))[1]
+
+
 def _lcm(a, b):
-    """torch's: 0 where gcd is 0, else |a / gcd * b| (wrapping like C)."""
-    g = jnp.gcd(a, b)
-    return jnp.abs(jnp.where(g == 0, 0, a // jnp.where(g == 0, 1, g)) * b)
+    """torch's: 0 where gcd is 0, else |a / gcd * b|, computed as C does
+    (narrow types promoted to int, then wrapped back)."""
+    g = _gcd(a, b)
+    dtype = g.dtype
+    wide = jnp.int32 if dtype.itemsize < 4 else dtype
+    a, b, g = (x.astype(wide) for x in (a, b, g))
+    return jnp.abs(jnp.where(g == 0, 0, lax.div(a, jnp.where(g == 0, 1, g))) * b).astype(dtype)
 
 
-INTEGER_ONLY = {aten.gcd.default: jnp.gcd, aten.lcm.default: _lcm}
+INTEGER_ONLY = {aten.gcd.default: _gcd, aten.lcm.default: _lcm}
 
 for _op, _fn in INTEGER_ONLY.items():
     lower(_op)(_binary_same(_fn, _op._schema.name.split("::")[1]))
@@ -675,6 +695,7 @@ def heaviside(ctx, self, values):
 
 
 def _shift_left(a, b):
+    a, b = jnp.broadcast_arrays(a, b)  # (lax's shifts do not broadcast)
     bits = 8 * a.dtype.itemsize
     out_of_range = (b >= bits) | (b < 0) if is_signed_int(b.dtype) else b >= bits
     safe = jnp.where(out_of_range, jnp.zeros_like(b), b)
@@ -682,6 +703,7 @@ def _shift_left(a, b):
 
 
 def _shift_right(a, b):
+    a, b = jnp.broadcast_arrays(a, b)
     bits = 8 * a.dtype.itemsize
     if is_signed_int(a.dtype):
         out_of_range = (b >= bits) | (b < 0)

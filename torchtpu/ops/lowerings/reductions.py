@@ -370,8 +370,16 @@ def _vector_norm(x, ord, axes, keepdim, out_dtype):
 @lower(aten.linalg_vector_norm.default, static=("ord",))
 def linalg_vector_norm(ctx, self, ord=2, dim=None, keepdim=False, dtype=None):
     if dtype is not None:
-        self = self.astype(ctx.out_dtype)
+        self = _in_norm_dtype(self, ctx.out_dtype)
     return _vector_norm(self, ord, _axes(dim, self.ndim), keepdim, ctx.out_dtype)
+
+
+def _in_norm_dtype(x, out_dtype):
+    """A norm's input in its dtype= (the real result's dtype; a complex input
+    keeps its imaginary part, in the complex type of that precision)."""
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return x.astype(jnp.result_type(out_dtype, jnp.complex64))
+    return x.astype(out_dtype)
 
 
 def _p(p):
@@ -385,7 +393,7 @@ def norm_scalar(ctx, self, p=2):
 
 @lower(aten.norm.ScalarOpt_dtype, aten.norm.ScalarOpt_dtype_out, static=("p",))
 def norm_dtype(ctx, self, p, dtype):
-    self = self.astype(ctx.out_dtype)
+    self = _in_norm_dtype(self, ctx.out_dtype)
     return _vector_norm(self, _p(p), tuple(range(self.ndim)), False, ctx.out_dtype)
 
 

@@ -275,8 +275,11 @@ def unfold_backward(ctx, grad_in, input_sizes, dim, size, step):
     length = input_sizes[dim] if ndim else 1
     if ndim == 0:
         return grad_in.reshape(())
-    g = jnp.moveaxis(grad_in, dim, -2)  # (..., windows, size)
-    windows = g.shape[-2]
+    windows = (length - size) // step + 1
+    # ATen broadcasts the gradient against the unfolded shape (istft's
+    # decomposition passes a batch of 1 for every batch)
+    unfolded = tuple(input_sizes[:dim]) + (windows,) + tuple(input_sizes[dim + 1:]) + (size,)
+    g = jnp.moveaxis(jnp.broadcast_to(grad_in, unfolded), dim, -2)  # (..., windows, size)
     pos = (np.arange(windows)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
     g = g.reshape(g.shape[:-2] + (windows * size,))
     out = jnp.zeros(g.shape[:-1] + (length,), grad_in.dtype).at[..., pos].add(g)
