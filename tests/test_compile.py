@@ -715,6 +715,10 @@ _GRAPH_EDGE_CASES = {
     "masked assignment": lambda x: _assign(x * 2, (x * 2) > 1.5, 1.5),
     "masked rows assignment": lambda x: _assign(x.clone(), x[:, 0] > 0, torch.tensor([7.0, 8.0, 9.0]).to(x.device)),
     "masked accumulate": lambda x: x.clone().index_put_((x > 0,), torch.tensor(5.0), accumulate=True),
+    # composites eager mode decomposes (the graph ran op by op)
+    "complex and polar": lambda x: torch.view_as_real(torch.complex(x, x * 2) * torch.polar(x.abs(), x)),
+    "conj": lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(3, 2)).conj() * 2),
+    "bucketize": lambda x: torch.bucketize(x, torch.tensor([-1.0, 0.0, 1.0]).to(x.device), right=True),
 }
 
 
@@ -747,3 +751,20 @@ def test_masked_assignment_of_rows_checks_their_count():
     assert_close(compiled(x.to("tpu"), mask.to("tpu"), rows.to("tpu")), f(x, mask, rows))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         compiled(x.to("tpu"), torch.tensor([True, True, True, False]).to("tpu"), rows.to("tpu")).cpu()
+
+
+def test_random_factories_compile_whole_and_follow_the_seed():
+    def f(x):
+        return x + torch.rand_like(x), torch.randn(4, 8, device=x.device), torch.randn_like(x)
+
+    compiled = torch.compile(f, backend="tpu")
+    x = torch.zeros(64, 32, device="tpu")
+    torch.manual_seed(3)
+    first = [t.cpu() for t in compiled(x)]
+    torch.manual_seed(3)
+    again = [t.cpu() for t in compiled(x)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    u, n = first[0], first[2]
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.02
+    assert abs(n.mean()) < 0.05 and abs(n.std() - 1) < 0.05
+    assert _graph_stats()["eager_fallback_graphs"] == 0

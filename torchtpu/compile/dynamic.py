@@ -212,9 +212,9 @@ PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, at
 # real as the input it takes its shape from; a new_* one (sizes given) is
 # fresh.  (Not views: their value does not come from the input's elements.)
 LIKE_FACTORIES = {aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.empty_like.default,
-                  aten.fill.Scalar, aten.fill.Tensor}
+                  aten.fill.Scalar, aten.fill.Tensor, aten.rand_like.default, aten.randn_like.default}
 NEW_FACTORIES = {aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
-                 aten.new_empty_strided.default}
+                 aten.new_empty_strided.default, aten.rand.default, aten.randn.default}
 # Each output element depends only on elements at smaller-or-equal indices
 # (or its own position): padding at the end never reaches a real element.
 PREFIX_SAFE = {

@@ -82,11 +82,12 @@ def lower(*targets, static=(), random=False, traced=(), meta=None, accepts=None)
     return deco
 
 
-def lower_view(*targets):
-    """Register `fn` as the graph lowering of these view overloads."""
+def lower_view(*targets, random=False):
+    """Register `fn` as the graph lowering of these overloads (views, and
+    ops eager mode runs as composites)."""
 
     def deco(fn):
-        entry = Lowering(fn)
+        entry = Lowering(fn, random=random)
         for target in targets:
             for op in _overloads(target):
                 VIEW_LOWERINGS.setdefault(op, entry)

@@ -180,3 +180,31 @@ def zeros_like(ctx, *args, **kwargs):
 @lower_view(aten.ones_like, aten.new_ones)
 def ones_like(ctx, *args, **kwargs):
     return jnp.ones(ctx.out_shape, ctx.out_dtype)
+
+
+# ------------------------------------------------- composites of eager mode
+
+
+@lower_view(aten._conj)
+def conj(ctx, x):
+    """As a value, the conjugate (eager sets the conj bit; complex RoPE's
+    backward has it)."""
+    return jnp.conj(x)
+
+
+@lower_view(aten.complex)
+def complex_(ctx, real, imag):
+    dtype = ctx.out_dtype
+    part = jnp.float64 if dtype == jnp.complex128 else jnp.float32
+    return lax.complex(real.astype(part), imag.astype(part)).astype(dtype)
+
+
+@lower_view(aten.polar)
+def polar(ctx, abs_, angle):
+    return complex_(ctx, abs_ * jnp.cos(angle), abs_ * jnp.sin(angle))
+
+
+@lower_view(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(ctx, x, boundaries, out_int32=False, right=False):
+    # right=False: boundaries[i-1] < x <= boundaries[i]
+    return jnp.searchsorted(boundaries, jnp.asarray(x), side="right" if right else "left").astype(ctx.out_dtype)

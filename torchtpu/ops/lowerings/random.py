@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..registry import lower
+from ..registry import lower, lower_view
 
 
 aten = torch.ops.aten
@@ -350,3 +350,19 @@ def multinomial(ctx, self, num_samples, replacement=False, generator=None):
         gumbel = jax.random.gumbel(key, (rows, n), compute)
         _, out = lax.top_k(jnp.log(probs) + gumbel, num_samples)
     return out.astype(jnp.int64).reshape(ctx.out_shape)
+
+
+# ------------------------------------------------- factories, in graphs only
+#
+# Eager mode runs rand/randn & co. as `empty` + `uniform_`/`normal_`; a
+# compiled graph keeps them whole (without these it ran op by op).
+
+
+@lower_view(aten.rand, aten.rand_like, random=True)
+def rand(ctx, *args, **kwargs):
+    return uniform(ctx, jnp.zeros(ctx.out_shape, ctx.out_dtype))
+
+
+@lower_view(aten.randn, aten.randn_like, random=True)
+def randn(ctx, *args, **kwargs):
+    return normal_(ctx, jnp.zeros(ctx.out_shape, ctx.out_dtype))
