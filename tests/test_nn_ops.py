@@ -711,3 +711,19 @@ def test_uint8_images_resample_like_the_cpu(antialias):
         assert out.dtype == torch.uint8 and torch.equal(out, expected)
     with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
         F.interpolate(x.long().to(TPU), size=(5, 7), mode="bilinear", antialias=antialias)
+
+
+@pytest.mark.parametrize("dims, fmt", [(2, torch.channels_last), (3, torch.channels_last_3d)])
+@pytest.mark.parametrize("which", ["input", "weight", "neither"])
+def test_convolution_keeps_channels_last_as_the_cpu_does(dims, fmt, which):
+    x = torch.randn((2, 3) + (5,) * dims)
+    w = torch.randn((4, 3) + (3,) * dims)
+    if which == "input":
+        x = x.to(memory_format=fmt)
+    elif which == "weight":
+        w = w.to(memory_format=fmt)
+    conv = F.conv2d if dims == 2 else F.conv3d
+    want = conv(x, w, padding=1)
+    got = conv(x.to("tpu"), w.to("tpu"), padding=1)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)

@@ -182,3 +182,28 @@ def functional_meta_result(sch, meta_values):
     except Exception:  # the functional overload may not take these arguments
         return ()
     return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+
+def output_layout(sch, values, meta_out):
+    """Output layouts ATen's CPU/CUDA kernels choose where the meta kernel
+    returns a contiguous tensor: set on `meta_out` (fresh outputs are
+    allocated with its strides)."""
+    fix = _OUTPUT_LAYOUTS.get(sch.op)
+    if fix is not None:
+        fix(values, meta_out)
+
+
+def _convolution_layout(values, out):
+    """A convolution with a channels-last input or weight returns a
+    channels-last output (mkldnn and cudnn both do)."""
+    from torch._prims_common import suggest_memory_format
+
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    fmt = formats.get(out.dim()) if isinstance(out, torch.Tensor) else None
+    if fmt is None or out.is_contiguous(memory_format=fmt):
+        return
+    if any(isinstance(t, torch.Tensor) and t.dim() == out.dim() and suggest_memory_format(t) == fmt for t in values[:2]):
+        out.as_strided_(out.shape, torch.empty(out.shape, device="meta", memory_format=fmt).stride())
+
+
+_OUTPUT_LAYOUTS = {torch.ops.aten.convolution.default: _convolution_layout}

@@ -518,6 +518,7 @@ def _build(entry, values, call, key):
             raise Unsupported(str(e)) from e
         raise
 
+    aten_checks.output_layout(sch, values, meta_out)
     scalar_checks = scalar_overflow.traced_checks(sch, values, meta_out, entry.dynamic)
     kernel = _Kernel()
     kernel.random = lowering.is_random(margs, mkwargs)
