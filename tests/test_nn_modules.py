@@ -350,3 +350,47 @@ def test_small_cnn_training_step():
         nn.LayerNorm(10),
     )
     run_module(model, randn(4, 3, 8, 8))
+
+
+@pytest.mark.parametrize("norm_first, activation", [(False, "relu"), (True, "gelu")])
+def test_transformer_inference_fast_path_runs_on_tpu(norm_first, activation):
+    """Eval + no_grad takes PyTorch's fused path (_transformer_encoder_layer_fwd,
+    _native_multi_head_attention): lowered, not run on the CPU."""
+    import torchtpu
+
+    torch.manual_seed(0)
+
+    def make():
+        layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, norm_first=norm_first, activation=activation)
+        return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+    enc, enc_tpu = make(), make()
+    enc_tpu.load_state_dict(enc.state_dict())
+    enc_tpu.to("tpu")
+    x = torch.randn(3, 9, 32)
+    pad = torch.zeros(3, 9, dtype=torch.bool)
+    pad[1, 6:] = True
+    causal = nn.Transformer.generate_square_subsequent_mask(9).bool()
+    before = sum(torchtpu.fallback_counts().values())
+    with torch.no_grad():
+        for kwargs in ({}, {"src_key_padding_mask": pad}, {"mask": causal}):
+            got = enc_tpu(x.to("tpu"), **{k: v.to("tpu") for k, v in kwargs.items()})
+            torch.testing.assert_close(got.cpu(), enc(x, **kwargs), rtol=1e-4, atol=1e-5)
+        mha = enc.layers[0].self_attn
+        mha_tpu = enc_tpu.layers[0].self_attn
+        for need, average in ((False, True), (True, True), (True, False)):
+            want = mha(x, x, x, key_padding_mask=pad, need_weights=need, average_attn_weights=average)
+            got = mha_tpu(*(x.to("tpu"),) * 3, key_padding_mask=pad.to("tpu"), need_weights=need,
+                          average_attn_weights=average)
+            torch.testing.assert_close(got[0].cpu(), want[0], rtol=1e-4, atol=1e-5)
+            assert (got[1] is None) == (want[1] is None)
+            if need:
+                torch.testing.assert_close(got[1].cpu(), want[1], rtol=1e-4, atol=1e-6)
+    assert sum(torchtpu.fallback_counts().values()) == before
+
+
+def test_nested_tensor_encoder_path_says_what_to_do():
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 1).eval().to("tpu")
+    pad = torch.zeros(2, 5, dtype=torch.bool, device="tpu")
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="enable_nested_tensor=False"):
+        enc(torch.randn(2, 5, 16, device="tpu"), src_key_padding_mask=pad)

@@ -32,4 +32,5 @@ from . import (  # noqa: F401
     shape,
     sorting,
     special_functions,
+    transformer,
 )
