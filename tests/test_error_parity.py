@@ -91,3 +91,31 @@ def test_bad_call_raises_like_cpu(name, no_fallback):
 @pytest.mark.parametrize("name", sorted(VALID))
 def test_valid_call_matches_cpu(name, no_fallback):
     torch.testing.assert_close(VALID[name]("tpu").cpu(), VALID[name]("cpu"))
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [("add_ on an expanded empty tensor", lambda d: torch.empty(0, 3, device=d).expand(2, 0, 3).add_(1)),
+     ("sign of complex", lambda d: torch.sign(torch.ones(2, dtype=torch.complex64, device=d))),
+     ("ordering complex", lambda d: torch.ones(2, dtype=torch.complex64, device=d) > 0),
+     ("gelu of int", lambda d: torch.nn.functional.gelu(torch.ones(2, dtype=torch.int64, device=d))),
+     ("leaky_relu of int", lambda d: torch.nn.functional.leaky_relu(torch.ones(2, dtype=torch.int64, device=d))),
+     ("multinomial of zeros", lambda d: torch.multinomial(torch.zeros(2, device=d), 1)),
+     ("multinomial of nan", lambda d: torch.multinomial(torch.tensor([1.0, float("nan")], device=d), 1))],
+)  # fmt: skip
+def test_fuzzer_found_error_parity(name, fn):
+    """Each ran (or raised another type) on tpu where the CPU raises, or the
+    reverse (found by a randomized-program fuzzer)."""
+    def outcome(device):
+        try:
+            out = fn(device)
+            if isinstance(out, torch.Tensor):
+                out.cpu()  # (device-side checks report at the synchronization)
+            return None
+        except Exception as e:  # noqa: BLE001
+            return type(e), str(e)
+
+    cpu, tpu = outcome("cpu"), outcome("tpu")
+    assert (cpu is None) == (tpu is None), (cpu, tpu)
+    if cpu is not None:
+        assert tpu[0] is cpu[0] and tpu[1].startswith(cpu[1][:40]), (cpu, tpu)

@@ -65,8 +65,20 @@ def _alpha_check(sch, values):
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
+def _floating_kernel(kernel_name):
+    # ATen's kernel has no integer version; the meta (a _refs function)
+    # raises a ValueError about the Scalar instead
+    def check(sch, values):
+        t = values[0]
+        if isinstance(t, torch.Tensor) and not (t.dtype.is_floating_point or t.dtype.is_complex):
+            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{C10_NAMES.get(t.dtype, t.dtype)}\'')
+
+    return check
+
+
 _BEFORE_META = {
     "aten::cat": _cat_zero_dim,
+    **dict.fromkeys(("aten::leaky_relu", "aten::leaky_relu_"), _floating_kernel("leaky_relu_cpu")),
     **dict.fromkeys(("aten::add", "aten::add_", "aten::sub", "aten::sub_"), _alpha_check),
     **dict.fromkeys(
         ("aten::mm", "aten::addmm", "aten::addmm_", "aten::mv", "aten::addmv", "aten::addmv_", "aten::addbmm",
@@ -88,7 +100,7 @@ def _check_internal_overlap(sch, values):
     for position in sch.mutated:
         value = values[position]
         for t in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(t, torch.Tensor) and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())):
+            if isinstance(t, torch.Tensor) and t.numel() and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())):
                 raise RuntimeError(
                     "unsupported operation: more than one element of the written-to tensor refers to a "
                     "single memory location. Please clone() the tensor before performing the operation."

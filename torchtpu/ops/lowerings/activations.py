@@ -12,7 +12,7 @@ import torch
 from jax import lax
 
 from ..registry import lower
-from .elementwise import cast, clamp_values, nan_max, opmath
+from .elementwise import cast, clamp_values, nan_max, not_implemented, opmath
 
 aten = torch.ops.aten
 
@@ -22,6 +22,13 @@ def _prep(ctx, *xs, positions=None):
     dt = ctx.result_type(*(positions if positions is not None else range(len(xs))))
     m = opmath(dt)
     return dt, [None if x is None else cast(x, m) for x in xs]
+
+
+def _check_floating(ctx, kernel_name):
+    """ATen's kernels for these have no integer versions."""
+    dt = ctx.result_type(0)
+    if not jnp.issubdtype(dt, jnp.inexact):
+        raise not_implemented(kernel_name, dt)
 
 
 def _sigmoid(x):
@@ -171,6 +178,7 @@ _GELU_KAPPA = 0.044715
 
 @lower(aten.gelu.default)
 def gelu(ctx, self, approximate="none"):
+    _check_floating(ctx, "GeluKernelImpl")
     dt, (x,) = _prep(ctx, self)
     if approximate == "tanh":
         inner = _GELU_BETA * (x + _GELU_KAPPA * x * x * x)

@@ -159,6 +159,9 @@ for _op, _fn in UNARY_FLOAT.items():
 
 def _sign(x):
     """torch.sign: (0 < x) - (x < 0); NaN and -0.0 give 0."""
+    if is_complex(x.dtype):
+        raise NotImplementedError("Unlike NumPy, torch.sign is not intended to support complex numbers. Please use "
+                                  "torch.sgn instead.")
     if x.dtype == BOOL:
         return x
     return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
@@ -735,16 +738,18 @@ COMPARISONS = {
 }
 
 
-def _comparison(fn):
+def _comparison(fn, name):
     def lowering(ctx, self, other):
         dt = ctx.result_type(0, 1)  # compared in the promoted type, result bool
+        if is_complex(dt) and name not in ("eq", "ne"):  # complex numbers have no order
+            raise not_implemented(f"{name}_cpu", dt)
         return fn(cast(self, dt), cast(other, dt))
 
     return lowering
 
 
 for _packet, _fn in COMPARISONS.items():
-    lower(_packet.Tensor, _packet.Scalar)(_comparison(_fn))
+    lower(_packet.Tensor, _packet.Scalar)(_comparison(_fn, _packet._qualified_op_name[6:]))
 
 
 LOGICAL = {

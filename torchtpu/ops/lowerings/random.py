@@ -330,14 +330,17 @@ def multinomial(ctx, self, num_samples, replacement=False, generator=None):
     With replacement: inverse CDF (a uniform draw per sample, searched in the
     row's cumulative sums: O(n + samples log n) per row, never a zero-weight
     category).  Without: the Gumbel top-k trick, which has the distribution of
-    successive draws without replacement.  The argument checks ATen does on
-    the values (negative, inf/nan, zero sum) would need a sync and are not
-    done."""
+    successive draws without replacement.  ATen's checks of the values
+    (negative, inf/nan, zero sum) are device-side."""
     compute = _compute(self.dtype)
     probs = self.astype(compute)
     if probs.ndim == 1:
         probs = probs[None]
     rows, n = probs.shape
+    ctx.check(jnp.all(jnp.isfinite(probs) & (probs >= 0)),
+              "probability tensor contains either `inf`, `nan` or element < 0")
+    ctx.check(jnp.all(jnp.sum(probs, axis=-1) > 0), "invalid multinomial distribution (sum of probabilities <= 0)")
+
     key = ctx.rng_key()
     if replacement:
         cdf = jnp.cumsum(probs, axis=-1)
