@@ -5,10 +5,11 @@ one kernel per shape, and each costs an XLA compile (~45 ms on XLA:CPU) that
 a one-shot fill pays in full: optimizer state (`zeros_like` per parameter
 shape), buffers, masks, KV caches.  When such a fill writes a whole storage,
 its result is a constant the host can build and transfer in well under a
-millisecond, so the first call of each kernel key is served that way.  A
-second call of the same key compiles the kernel as usual (a fill that
-repeats, like `zero_grad(set_to_none=False)`, then runs on the device with
-no transfers).
+millisecond, so the first calls of each kernel key are served that way
+(`HOST_CALLS`: AdamW fills two state tensors per parameter, and a model
+repeats its shapes layer after layer).  Then the key compiles its kernel as
+usual: a fill that keeps repeating, like `zero_grad(set_to_none=False)`,
+runs on the device with no transfers.
 
 Only exact cases are served: the tensor covers its storage densely, the
 value converts to the dtype without rounding or range checks, and the storage
@@ -29,6 +30,8 @@ aten = torch.ops.aten
 
 # Bytes above which a compiled fill beats building and sending the constant.
 MAX_BYTES = 16 << 20
+# Calls of one kernel key served from the host before it compiles.
+HOST_CALLS = 8
 
 # In-place fills: the value each writes over its first argument.
 _FILL_VALUE = {
@@ -42,15 +45,19 @@ _FACTORIES = {
     aten.full.default: (lambda values: values[1], 3),
 }
 
-_seen: set = set()  # kernel keys whose first call has been and gone
+_calls: dict = {}  # kernel key -> calls seen
 
 
 def serve(op, values, call, key):
-    """The op's result when this is the first call of `key` and a host
-    transfer serves it exactly, else None (the caller runs the kernel)."""
-    if key in _seen or (op not in _FILL_VALUE and op not in _FACTORIES):
+    """The op's result when `key` has had fewer than HOST_CALLS calls and a
+    host transfer serves this one exactly, else None (the caller runs the
+    kernel)."""
+    if op not in _FILL_VALUE and op not in _FACTORIES:
         return None
-    _seen.add(key)
+    calls = _calls.get(key, 0)
+    if calls >= HOST_CALLS:
+        return None
+    _calls[key] = calls + 1
     if op in _FILL_VALUE:
         return _fill(values[0], _FILL_VALUE[op](values))
     value_of, layout_at = _FACTORIES[op]
