@@ -19,6 +19,7 @@ import torch
 from ..registry import lower
 from ..schema import schema_of
 from ..special import special
+from .normalization import native_layer_norm
 
 aten = torch.ops.aten
 
@@ -95,28 +96,28 @@ def native_multi_head_attention(ctx, query, key, value, embed_dim, num_head, qkv
     return out, jnp.mean(weights, axis=1) if average_attn_weights else weights
 
 
-def _layer_norm(x, weight, bias, eps):
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + eps) * weight + bias
+def _layer_norm(ctx, x, weight, bias, eps):
+    """native_layer_norm's lowering over the last dim (in its accumulation
+    dtype: float32 for 16-bit inputs)."""
+    return native_layer_norm(ctx, x, (x.shape[-1],), weight, bias, eps)[0]
 
 
 @lower(aten._transformer_encoder_layer_fwd.default)
 def transformer_encoder_layer(ctx, src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
                               use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
                               ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
-    x = _layer_norm(src, norm_weight_1, norm_bias_1, eps) if norm_first else src
+    x = _layer_norm(ctx, src, norm_weight_1, norm_bias_1, eps) if norm_first else src
     x = _attention(x, x, x, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask, mask_type)[0] + src
     if not norm_first:
-        x = _layer_norm(x, norm_weight_1, norm_bias_1, eps)
+        x = _layer_norm(ctx, x, norm_weight_1, norm_bias_1, eps)
     residual = x
     if norm_first:
-        x = _layer_norm(x, norm_weight_2, norm_bias_2, eps)
+        x = _layer_norm(ctx, x, norm_weight_2, norm_bias_2, eps)
     hidden = _linear(x, ffn_weight_1, ffn_bias_1)
     hidden = jax.nn.gelu(hidden, approximate=False) if use_gelu else jax.nn.relu(hidden)
     x = _linear(hidden, ffn_weight_2, ffn_bias_2) + residual
     if not norm_first:
-        x = _layer_norm(x, norm_weight_2, norm_bias_2, eps)
+        x = _layer_norm(ctx, x, norm_weight_2, norm_bias_2, eps)
     return x.astype(src.dtype)
 
 
