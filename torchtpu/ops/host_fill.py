@@ -41,6 +41,7 @@ _FILL_VALUE = {
 # Factories: (the value, the position of their layout= argument).
 _FACTORIES = {
     aten.zeros.default: (lambda values: 0, 2),
+    aten._efficientzerotensor.default: (lambda values: 0, 2),
     aten.ones.default: (lambda values: 1, 2),
     aten.full.default: (lambda values: values[1], 3),
 }

@@ -148,6 +148,10 @@ def full(ctx, size, fill_value, *rest):
 
 @lower(aten.zeros.default)
 @lower(aten.zeros.out)
+# Autograd's zero gradients (sgn, angle, ... of real inputs).  CUDA returns a
+# storage-less ZeroTensor; a dense zeros is the same value, and every tpu
+# kernel can read it (no ZeroTensor special cases in the lowerings).
+@lower(aten._efficientzerotensor.default)
 def zeros(ctx, size, *rest):
     return jnp.zeros(tuple(size), ctx.out_dtype)
 
