@@ -32,28 +32,28 @@ TpuGeneratorImpl::TpuGeneratorImpl(c10::DeviceIndex device)
     : c10::GeneratorImpl(
           c10::Device(kTpu, device),
           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-      seed_(kDefaultSeed) {}
+      state_(c10::make_intrusive<TpuRngState>(kDefaultSeed)) {}
 
 void TpuGeneratorImpl::set_current_seed(uint64_t seed) {
-  seed_ = seed;
-  offset_ = 0;
+  state_->seed = seed;
+  state_->offset = 0;
 }
 
 uint64_t TpuGeneratorImpl::current_seed() const {
-  return seed_;
+  return state_->seed;
 }
 
 uint64_t TpuGeneratorImpl::seed() {
   set_current_seed(nondeterministic_seed());
-  return seed_;
+  return state_->seed;
 }
 
 void TpuGeneratorImpl::set_offset(uint64_t offset) {
-  offset_ = offset;
+  state_->offset = offset;
 }
 
 uint64_t TpuGeneratorImpl::get_offset() const {
-  return offset_;
+  return state_->offset;
 }
 
 void TpuGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
@@ -66,8 +66,8 @@ void TpuGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
       kStateBytes,
       " bytes (as returned by get_rng_state)");
   const auto* bytes = static_cast<const uint8_t*>(new_state.data());
-  std::memcpy(&seed_, bytes, sizeof(uint64_t));
-  std::memcpy(&offset_, bytes + sizeof(uint64_t), sizeof(uint64_t));
+  std::memcpy(&state_->seed, bytes, sizeof(uint64_t));
+  std::memcpy(&state_->offset, bytes + sizeof(uint64_t), sizeof(uint64_t));
 }
 
 c10::intrusive_ptr<c10::TensorImpl> TpuGeneratorImpl::get_state() const {
@@ -79,15 +79,27 @@ c10::intrusive_ptr<c10::TensorImpl> TpuGeneratorImpl::get_state() const {
       std::nullopt,
       std::nullopt);
   auto* bytes = static_cast<uint8_t*>(state.data_ptr());
-  std::memcpy(bytes, &seed_, sizeof(uint64_t));
-  std::memcpy(bytes + sizeof(uint64_t), &offset_, sizeof(uint64_t));
+  std::memcpy(bytes, &state_->seed, sizeof(uint64_t));
+  std::memcpy(bytes + sizeof(uint64_t), &state_->offset, sizeof(uint64_t));
   return state.getIntrusivePtr();
 }
 
+void TpuGeneratorImpl::graphsafe_set_state(const c10::intrusive_ptr<c10::GeneratorImpl>& state) {
+  auto* other = dynamic_cast<TpuGeneratorImpl*>(state.get());
+  TORCH_CHECK(other != nullptr, "graphsafe_set_state of a tpu generator needs another tpu generator's state");
+  state_ = other->state_;
+}
+
+c10::intrusive_ptr<c10::GeneratorImpl> TpuGeneratorImpl::graphsafe_get_state() const {
+  auto view = c10::make_intrusive<TpuGeneratorImpl>(device().index());
+  view->state_ = state_;  // shares, not copies: draws through either advance both
+  return view;
+}
+
 std::pair<uint64_t, uint64_t> TpuGeneratorImpl::next(uint64_t increment) {
-  const uint64_t offset = offset_;
-  offset_ += increment;
-  return {seed_, offset};
+  const uint64_t offset = state_->offset;
+  state_->offset += increment;
+  return {state_->seed, offset};
 }
 
 c10::DeviceType TpuGeneratorImpl::device_type() {
@@ -96,8 +108,8 @@ c10::DeviceType TpuGeneratorImpl::device_type() {
 
 TpuGeneratorImpl* TpuGeneratorImpl::clone_impl() const {
   auto* copy = new TpuGeneratorImpl(device().index());
-  copy->seed_ = seed_;
-  copy->offset_ = offset_;
+  copy->state_ = c10::make_intrusive<TpuRngState>(state_->seed);
+  copy->state_->offset = state_->offset;
   return copy;
 }
 

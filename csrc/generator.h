@@ -5,10 +5,21 @@
 
 #include <ATen/core/Generator.h>
 #include <c10/core/GeneratorImpl.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <utility>
 
 namespace torchtpu {
+
+// The (seed, offset) pair, shared between generators by graphsafe_set_state
+// (as CUDA's generators share their Philox state): AOTAutograd's checkpointed
+// random ops run with a generator of their own swapped into the default one,
+// and the draws must advance that generator.
+struct TpuRngState : c10::intrusive_ptr_target {
+  uint64_t seed;
+  uint64_t offset = 0;
+  explicit TpuRngState(uint64_t seed) : seed(seed) {}
+};
 
 class TpuGeneratorImpl final : public c10::GeneratorImpl {
  public:
@@ -21,6 +32,8 @@ class TpuGeneratorImpl final : public c10::GeneratorImpl {
   uint64_t get_offset() const override;
   void set_state(const c10::TensorImpl& new_state) override;
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
+  void graphsafe_set_state(const c10::intrusive_ptr<c10::GeneratorImpl>& state) override;
+  c10::intrusive_ptr<c10::GeneratorImpl> graphsafe_get_state() const override;
 
   // (seed, offset) for one random op; advances the offset by `increment`.
   std::pair<uint64_t, uint64_t> next(uint64_t increment);
@@ -30,8 +43,7 @@ class TpuGeneratorImpl final : public c10::GeneratorImpl {
  private:
   TpuGeneratorImpl* clone_impl() const override;
 
-  uint64_t seed_;
-  uint64_t offset_ = 0;
+  c10::intrusive_ptr<TpuRngState> state_;
 };
 
 const at::Generator& default_generator(c10::DeviceIndex device);

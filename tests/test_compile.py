@@ -238,6 +238,46 @@ def test_dropout_follows_the_device_generator():
     assert 0.4 < frac < 0.6
 
 
+@pytest.mark.parametrize("backend", ["tpu", "aot_eager"])
+@pytest.mark.parametrize("kwargs", [dict(use_reentrant=False), dict(use_reentrant=True),
+                                    dict(use_reentrant=False, preserve_rng_state=False)])
+def test_checkpointed_dropout_recomputes_the_forwards_mask(backend, kwargs):
+    # The backward recomputes the checkpointed dropout: it must draw the
+    # forward's mask (graphsafe_run_with_rng_state: lowered by the tpu
+    # backend, run by our generator's graph-safe state under aot_eager).
+    from torch.utils.checkpoint import checkpoint
+
+    fn = torch.compile(lambda x: checkpoint(lambda t: F.dropout(t, 0.5) * 3.0, x, **kwargs), backend=backend)
+    fractions = []
+    for _ in range(3):
+        x = (torch.rand(64, 32) + 0.5).to("tpu").requires_grad_()
+        y = fn(x)
+        y.backward(torch.ones_like(y))
+        kept = (y != 0).float()
+        assert torch.equal(x.grad.cpu(), (kept * 6.0).cpu())
+        assert_close(y, (x.detach() * kept * 6.0).cpu())
+        fractions.append(kept.mean().item())
+    assert all(0.4 < f < 0.6 for f in fractions) and len(set(fractions)) > 1  # fresh masks per call
+    if backend == "tpu":
+        stats = _graph_stats()
+        assert stats["graphs"] >= 2 and stats["eager_fallback_graphs"] == 0, stats["per_graph"]
+
+
+def test_checkpointed_dropout_follows_the_seed():
+    from torch.utils.checkpoint import checkpoint
+
+    runs = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        torch.manual_seed(5)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Dropout(0.3), torch.nn.Linear(64, 8)).to("tpu")
+        fn = torch.compile(lambda x: checkpoint(model, x, use_reentrant=False), backend="tpu")
+        out = fn(torch.ones(4, 8, device="tpu"))
+        out.sum().backward()
+        runs.append((out.detach().cpu(), model[0].weight.grad.cpu()))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
 def test_same_signature_is_cached_and_new_shape_recompiles(caplog):
     fn = torch.compile(lambda x: (x * 2).sum(0), backend="tpu")
     x = torch.randn(4, 3, device="tpu")

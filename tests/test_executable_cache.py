@@ -166,3 +166,23 @@ def test_in_place_op_compiles_only_its_donating_executable():
     assert not held.is_deleted() and held[0] == 4
     assert kernel.jitted.compiled is not None
     assert x.cpu().tolist() == [5.0] * 771
+
+
+def test_compiles_pause_the_garbage_collector_and_restore_its_state():
+    import gc
+
+    from torchtpu.runtime.gc_pause import gc_paused
+
+    seen = []
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with gc_paused():
+                seen.append(gc.isenabled())
+            assert gc.isenabled() is enabled
+            with pytest.raises(ValueError), gc_paused():
+                raise ValueError("a failed compile")
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    assert seen == [False, False]

@@ -276,3 +276,20 @@ def test_dropout_style_usage():
     mask = torch.empty_like(x).bernoulli_(0.9)
     kept = cpu(x * mask)
     assert abs(kept.mean() - 0.9) < 0.02
+
+
+def test_graphsafe_state_is_shared_and_clone_state_is_not():
+    # AOTAutograd swaps a generator's state into the default one
+    # (graphsafe_set_state) so checkpointed random ops advance that generator.
+    default = torch.tpu.default_generators[0]
+    assert default is not None and len(torch.tpu.default_generators) == torch.tpu.device_count()
+    own = default.clone_state().manual_seed(123)
+    saved = default.graphsafe_get_state()
+    before = default.get_state()
+    default.graphsafe_set_state(own)
+    a = torch.rand(5, device="tpu")
+    default.graphsafe_set_state(saved)
+    assert torch.equal(default.get_state(), before)  # the default's own state did not move
+    assert own.get_offset() > 0  # the draw advanced the swapped-in generator
+    again = torch.Generator("tpu").manual_seed(123)
+    assert torch.equal(a.cpu(), torch.rand(5, device="tpu", generator=again).cpu())

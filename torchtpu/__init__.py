@@ -32,6 +32,12 @@ def _register():
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
     _registration.install()
+    # Random ops inside activation checkpointing under torch.compile: the
+    # recomputed draw in the backward graph replays the forward's through a
+    # generator pair (graphsafe_run_with_rng_state), as on CUDA.
+    from torch._functorch._aot_autograd.utils import register_graphsafe_rng_device_type
+
+    register_graphsafe_rng_device_type("tpu")
 
 
 if not hasattr(torch, "tpu"):

@@ -108,6 +108,29 @@ def default_generator(index: int) -> torch.Generator:
     return _C._default_generator(index)
 
 
+class _DefaultGenerators:
+    """`torch.tpu.default_generators`, as `torch.cuda.default_generators`;
+    a sequence built on demand (its length starts the runtime)."""
+
+    def __getitem__(self, index: int) -> torch.Generator:
+        if not -device_count() <= index < device_count():
+            raise IndexError(f"tpu:{index} does not exist ({device_count()} devices)")
+        return default_generator(index % device_count())
+
+    def __len__(self) -> int:
+        return device_count()
+
+
+default_generators = _DefaultGenerators()
+
+
+def _get_generator(device: torch.device) -> torch.Generator:
+    """The default generator of `device` (AOTAutograd's graph-safe RNG:
+    checkpointed random ops replay their draws through generators cloned
+    from it)."""
+    return default_generator(_index(device))
+
+
 def get_rng_state(device="tpu") -> torch.Tensor:
     return default_generator(_index(device)).get_state()
 

@@ -11,6 +11,7 @@ import logging
 import torch
 
 from ..ops.registry import LOWERINGS, VIEW_LOWERINGS, find_graph_lowering
+from ..runtime.gc_pause import gc_paused
 from . import stats
 from .graph import GraphLowering, Unlowerable
 from .options import Options
@@ -91,4 +92,5 @@ def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
         decompositions=decompositions(),
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs)
+    with gc_paused():  # AOTAutograd's tracing and partitioning
+        return backend(gm, example_inputs)

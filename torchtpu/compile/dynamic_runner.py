@@ -13,11 +13,13 @@ import torch
 from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
-from ..ops.dispatch import Call, static_key
+from ..ops.dispatch import Call
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
+from ..runtime.gc_pause import gc_paused
 from . import output_views
 from .dynamic import Shapes, Unpaddable, merged_layouts
+from .graph_inputs import argument_key, rng_words
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -113,7 +115,7 @@ def write_back(t, value):
 class DynamicCalls:
     """Mixin of CompiledGraph for graphs with symbolic sizes."""
 
-    def _call_dynamic(self, args):
+    def _call_dynamic(self, args, draws):
         """dynamic=True: inputs padded to bucket sizes, one executable per bucket
         (see dynamic.py); a graph that cannot be padded gets one per shape."""
         from ..ops.transfer import materialize
@@ -141,11 +143,13 @@ class DynamicCalls:
             elif isinstance(a, torch.Tensor):
                 key.append(call.tensor_key(a))
             else:
-                key.append(("int", shapes.size(meta)) if isinstance(meta, torch.SymInt) else static_key(a))
+                key.append(("int", shapes.size(meta)) if isinstance(meta, torch.SymInt) else argument_key(a))
+        call.dyn.extend(draws)  # (after the CPU scalars: see _readers)
         key, exe = self._lookup(key, call)
         if exe is None:
             try:
-                exe = self._build_dynamic(args, call, key, shapes)
+                with gc_paused():
+                    exe = self._build_dynamic(args, call, key, shapes)
             except Unpaddable as reason:
                 if self.exact:
                     raise
@@ -157,12 +161,11 @@ class DynamicCalls:
                 else:
                     log.info("torchtpu.compile: %s is compiled per shape: %s", self.name, reason)
                     self.exact = True
-                return self._call_dynamic(args)
+                return self._call_dynamic(args, draws)
         flat = [call.entries[s][0] for s in exe.input_slots] + padded + list(call.dyn)
         flat += [np.int64(shapes.true[s]) for s in sorted(shapes.true, key=str)]
         if graph.random:
-            seed, offset = _C._next_rng(None, call.device, 1)
-            flat.extend((seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF))
+            flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
         results = exe.jitted(*flat)
         if exe.checks is not None:
             checks.pending.append((results[-1], exe.checks))

@@ -13,7 +13,7 @@ import operator
 import jax.numpy as jnp
 import numpy as np
 import torch
-from torch.fx.node import map_arg
+from torch.fx.node import map_aggregate, map_arg
 
 from ..ops import transfer
 from ..ops.context import LoweringContext, matmul_scope
@@ -25,6 +25,18 @@ from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS, MaskRules, Unpaddable
 from .dynamic import node_meta as _meta
 
 aten = torch.ops.aten
+# A random op inside activation checkpointing: `graphsafe_run_with_rng_state(op,
+# *args, rng_state=<generator input>)`, in the forward graph and again in the
+# backward's recomputation, each with its own generator; AOTAutograd seeds the
+# two alike and advances them alike, so both draw the same numbers.
+GRAPHSAFE_RNG = torch._prims.rng_prims.graphsafe_run_with_rng_state
+
+
+def _unwrapped(node):
+    """(op, args, kwargs) a node computes: a graph-safe random op's own."""
+    if node.target is GRAPHSAFE_RNG:
+        return node.args[0], node.args[1:], {k: v for k, v in node.kwargs.items() if k != "rng_state"}
+    return node.target, node.args, node.kwargs
 
 
 class Unlowerable(Exception):
@@ -50,6 +62,7 @@ class GraphLowering:
         self.checks = []
         self.ops = []  # aten overloads, in order (for dumps and stats)
         self.mutated_placeholders = []  # indices of inputs the graph copy_s into
+        self.generator_inputs = set()  # placeholders holding a torch.Generator (GRAPHSAFE_RNG)
         self._fingerprint = None
         self.external_lowerings = False  # registered outside torchtpu (not cached on disk)
         self.constants = {}  # get_attr node -> host array (a tensor literal in the model's code)
@@ -90,10 +103,18 @@ class GraphLowering:
         target = node.target
         if target is operator.getitem or target in SYMBOLIC_OPS or target in SIZE_QUERIES:
             return
+        if target is GRAPHSAFE_RNG:
+            generator = node.kwargs.get("rng_state")
+            if not isinstance(generator, torch.fx.Node) or generator.op != "placeholder":
+                raise Unlowerable("graphsafe_run_with_rng_state without a generator input")
+            self.generator_inputs.add(self.placeholders.index(generator))
+            if "val" not in node.meta:  # (the partitioner made the node without one)
+                node.meta["val"] = _inferred_meta(*_unwrapped(node))
+        target, node_args, node_kwargs = _unwrapped(node)
         if not isinstance(target, torch._ops.OpOverload):
             raise Unlowerable(f"{target} is not an aten op")
         inputs = []
-        map_arg((node.args, node.kwargs), inputs.append)
+        map_arg((node_args, node_kwargs), inputs.append)
         host_only = all(n in self.from_constants for n in inputs)
         for val in _flat_meta(_meta(node)):
             if not _is_tpu_or_scalar(val):
@@ -113,12 +134,13 @@ class GraphLowering:
         if lowering is None:
             raise Unlowerable(f"no lowering for {target}")
         if lowering.accepts is not None:
-            args, kwargs = map_arg((node.args, node.kwargs), _meta)
+            args, kwargs = map_arg((node_args, node_kwargs), _meta)
             if not lowering.accepts(*args, **kwargs):
                 raise Unlowerable(f"the lowering of {target} does not take these arguments")
         if schema_of(target).mutated:
             raise Unlowerable(f"in-place {target} in a functional graph")
-        self.random = self.random or lowering.is_random(*map_arg((node.args, node.kwargs), _meta))
+        if node.target is not GRAPHSAFE_RNG:  # (which draws from its generator input)
+            self.random = self.random or lowering.is_random(*map_arg((node_args, node_kwargs), _meta))
         self.external_lowerings = self.external_lowerings or not executable_cache.covers(lowering.fn)
         self.ops.append(target)
 
@@ -169,21 +191,26 @@ class GraphLowering:
         return outputs, mutations
 
     def _lower(self, node, env, rng, index, precision):
-        op = node.target
+        op, node_args, node_kwargs = _unwrapped(node)
+        stream = index  # each random node draws its own key
+        if node.target is GRAPHSAFE_RNG:
+            # Its generator's own draw, not the node's place: the forward and
+            # the backward's recomputation must agree.
+            rng, stream = env[node.kwargs["rng_state"]], 0
         sch = schema_of(op)
         lowering = find_graph_lowering(op)
-        values = sch.normalize(map_arg(node.args, lambda n: env[n]), map_arg(node.kwargs, lambda n: env[n]))
-        metas = sch.normalize(map_arg(node.args, self._meta_of), map_arg(node.kwargs, self._meta_of))
+        values = sch.normalize(map_arg(node_args, lambda n: env[n]), map_arg(node_kwargs, lambda n: env[n]))
+        metas = sch.normalize(map_arg(node_args, self._meta_of), map_arg(node_kwargs, self._meta_of))
         positions = sch.lowering_positions
         node_meta = self._meta_of(node)
         out_meta = _flat_meta(node_meta)
-        random = lowering.is_random(*map_arg((node.args, node.kwargs), self._meta_of))
+        random = lowering.is_random(*map_arg((node_args, node_kwargs), self._meta_of))
         ctx = LoweringContext(op, [metas[i] for i in positions], out_meta, precision, rng if random else None)
         if random:
-            ctx.stream = index  # each random node draws its own key
+            ctx.stream = stream
         if self.shapes is not None:
             # A symbolic size used as a number (not as a size) is its true value.
-            arg_nodes = sch.normalize(list(node.args), dict(node.kwargs))
+            arg_nodes = sch.normalize(list(node_args), dict(node_kwargs))
             for i in positions:
                 a = arg_nodes[i]
                 if isinstance(a, torch.fx.Node) and isinstance(_meta(a), (torch.SymInt, torch.SymFloat)) and sch.kinds[i] in (
@@ -199,10 +226,10 @@ class GraphLowering:
         if self.masks is None:
             result = lowering.fn(ctx, *args)
         else:
-            arg_nodes = sch.normalize(list(node.args), dict(node.kwargs))
+            arg_nodes = sch.normalize(list(node_args), dict(node_kwargs))
             arg_masks = [self._mask_of(arg_nodes[i]) for i in positions]
             # (masks come from the symbolic metadata: which dims are padded)
-            symbolic_in = sch.normalize(map_arg(node.args, _meta), map_arg(node.kwargs, _meta))
+            symbolic_in = sch.normalize(map_arg(node_args, _meta), map_arg(node_kwargs, _meta))
             result, out_masks = self.rules.prepare(
                 node, op, args, arg_masks, [symbolic_in[i] for i in positions], _flat_meta(_meta(node)),
                 lowering.fn, ctx
@@ -260,6 +287,19 @@ def _constant(gm, target):
         raise Unlowerable(f"constant {target} on {value.device}: {e}") from e
 
 
+def _inferred_meta(op, args, kwargs):
+    """What `op` returns for the nodes' metadata (fake tensors), computed
+    under their fake mode."""
+    args, kwargs = map_arg((args, kwargs), _meta)
+    flat = []
+    map_aggregate((args, kwargs), flat.append)
+    mode = torch._guards.detect_fake_mode(flat)
+    if mode is None:
+        raise Unlowerable(f"{op} without metadata")
+    with mode:
+        return op(*args, **kwargs)
+
+
 def _moves_device(node):
     """A `_to_copy` onto another device (a CPU scalar becoming a device
     scalar is a graph input like any other: not a move)."""
@@ -278,6 +318,8 @@ def _describe(val):
         return tuple(_describe(v) for v in val)
     if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("symbolic", type(val).__name__, str(val.node.expr))
+    if isinstance(val, torch.Generator):  # (an input: its state is not part of the graph)
+        return ("generator", val.device.type)
     return val
 
 

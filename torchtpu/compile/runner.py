@@ -19,11 +19,13 @@ import torch
 from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
-from ..ops.dispatch import Call, static_key
+from ..ops.dispatch import Call
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
+from ..runtime.gc_pause import gc_paused
 from . import output_views, stats
 from .dynamic_runner import DynamicCalls, write_back
+from .graph_inputs import argument_key, generator_draws, rng_words
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -65,7 +67,7 @@ class CompiledGraph(DynamicCalls):
 
     def __call__(self, *args):
         if self.symbolic:
-            return self._call_dynamic(args)
+            return self._call_dynamic(args, generator_draws(args))
         # Steady state: every argument a tpu tensor, keyed in C++ (a
         # training step's graphs take dozens of them; keying them in
         # Python cost ~10 us each).
@@ -84,10 +86,12 @@ class CompiledGraph(DynamicCalls):
             if isinstance(a, torch.Tensor):
                 key.append(call.tensor_key(a))
             else:
-                key.append(static_key(a))
+                key.append(argument_key(a))
+        call.dyn.extend(generator_draws(args))  # (after the CPU scalars: see _readers)
         key, exe = self._lookup(key, call)
         if exe is None:
-            exe = self._build(args, call, key)
+            with gc_paused():
+                exe = self._build(args, call, key)
         if fast is not None:
             self.by_fast_key[fast_key] = exe
         return self._run(exe, args, call)
@@ -118,8 +122,7 @@ class CompiledGraph(DynamicCalls):
             flat.append(array)
         flat.extend(call.dyn)
         if self.graph.random:
-            seed, offset = _C._next_rng(None, call.device, 1)
-            flat.extend((seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF))
+            flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
         results = exe.jitted(*flat)
         if exe.checks is not None:
             checks.pending.append((results[-1], exe.checks))
@@ -284,11 +287,18 @@ class CompiledGraph(DynamicCalls):
         return flat
 
     def _readers(self, args, call, skip=()):
+        """Per argument, a function (input arrays, traced values) -> its
+        value in the graph.  The traced values: each CPU scalar's, then each
+        generator's draw (4 words)."""
         readers = []
         dyn_index = 0
+        draw_index = sum(isinstance(a, torch.Tensor) and a.is_cpu for i, a in enumerate(args) if i not in skip)
         for i, a in enumerate(args):
             if i in skip:
                 readers.append(None)
+            elif isinstance(a, torch.Generator):
+                readers.append(lambda arrays, dyn, k=draw_index: tuple(dyn[k : k + 4]))
+                draw_index += 4
             elif isinstance(a, torch.Tensor):
                 if a.is_cpu:
                     k = dyn_index

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from . import compile_cache, outside_dynamo
+from .gc_pause import gc_paused
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -301,6 +302,7 @@ class LazyExecutable:
             if self.aux is not None:
                 self.aux[1](aux)
         else:
-            self.compiled = entry.compile(self.jitted().lower(*args))
+            with gc_paused():
+                self.compiled = entry.compile(self.jitted().lower(*args))
             entry.store(self.compiled, self.aux[0]() if self.aux is not None else None)
         return self.compiled

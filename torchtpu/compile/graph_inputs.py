@@ -1,0 +1,34 @@
+"""A compiled graph's non-tensor arguments: how they key its executables
+and which of them are traced inputs.
+
+A torch.Generator argument comes from activation checkpointing's graph-safe
+random ops (graph.GRAPHSAFE_RNG): its state advances every call, so it is an
+input -- one (seed, offset) draw per call -- never a constant."""
+
+import torch
+
+from .. import _C
+from ..ops.dispatch import static_key
+
+
+def rng_words(seed, offset):
+    """A (seed, offset) draw as the four 32-bit words a graph takes."""
+    return [seed >> 32, seed & 0xFFFFFFFF, offset >> 32, offset & 0xFFFFFFFF]
+
+
+def generator_draws(args):
+    """One draw per torch.Generator argument (the graph-safe random ops of
+    activation checkpointing), taken once per call."""
+    words = []
+    for a in args:
+        if isinstance(a, torch.Generator):
+            words += rng_words(*_C._next_rng(a, a.device.index, 1))
+    return words
+
+
+def argument_key(a):
+    """A non-tensor argument's part of the signature: a generator by its
+    device (its state is an input, not a constant)."""
+    if isinstance(a, torch.Generator):
+        return ("generator", a.device.type, a.device.index)
+    return static_key(a)
