@@ -45,6 +45,24 @@ def test_tpu_keeps_complex64_and_float32(tpu_policy):
     torch.testing.assert_close((x.to("tpu") + 1).cpu(), x + 1)
 
 
+@pytest.mark.parametrize("write", [
+    lambda v: v.fill_(5 + 1j),
+    lambda v: v.add_(1j),
+    lambda v: v.__setitem__(0, 5 + 1j),
+    lambda v: v.copy_(torch.tensor([5 + 1j, 6 + 1j], device=v.device)),
+    lambda v: v.imag.fill_(7),
+    lambda v: torch._neg_view(v).mul_(2j),
+    lambda v: torch.add(torch.ones(2, dtype=torch.complex64, device=v.device), 1j, out=v),
+], ids=["fill_", "add_", "setitem", "copy_", "imag", "neg_view", "out="])
+def test_writes_through_a_conjugate_view_store_the_conjugate(write, no_fallback):
+    for device in ("cpu", "tpu"):
+        base = torch.tensor([1 + 2j, 3 - 1j], device=device)
+        write(base.conj())
+        if device == "cpu":
+            expected = base
+    torch.testing.assert_close(base.cpu(), expected)
+
+
 def test_lazy_conjugate_and_negative_bits(no_fallback):
     """Views with ATen's conj/neg bits read as their logical values, in copies
     to the host, in ops ATen lets through (clone, mm) and in the rest."""

@@ -560,14 +560,19 @@ def _build(entry, values, call, key):
 
     aten_checks.after_meta(sch, values, meta_values)
     _match_resized_out_layout(sch, values, meta_values, call)
+    # A written tensor with a lazy conjugate / negative bit (`x.conj().fill_(v)`)
+    # stores the value with the bit undone: reading it back applies the bit.
+    stored_bits = {}
     for position in sch.mutated:
         real = values[position]
         meta = meta_values[position]
         if isinstance(real, (list, tuple)):
             for t, m in zip(real, meta):
                 expected.append((m, _mutation_target(kernel, call, position, t, m, single=False)))
+                stored_bits[len(expected) - 1] = _math_bits(t)
         else:
             expected.append((meta, _mutation_target(kernel, call, position, real, meta, single=True)))
+            stored_bits[len(expected) - 1] = _math_bits(real)
 
     input_slots = [s for s, e in enumerate(call.entries) if e is not None]
     kernel.input_slots = input_slots
@@ -594,10 +599,10 @@ def _build(entry, values, call, key):
         flat_result = _flatten_result(result, len(expected), op)
         slots = dict(arrays)
         fresh_out = []
-        for (m, target), value in zip(expected, flat_result):
+        for k, ((m, target), value) in enumerate(zip(expected, flat_result)):
             if target is None or m is None:
                 continue
-            value = _conform(value, m, op)
+            value = _apply_math_bits(_conform(value, m, op), stored_bits.get(k, 0))
             sizes, strides, offset = _geometry(m)
             if target[0] == "fresh" or target[0] == "resized":
                 fresh_out.append(plans.write_view(None, target[2], sizes, strides, offset, value))
