@@ -725,3 +725,16 @@ def test_integer_pow_to_a_negative_scalar_raises():
     with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
         torch.pow(torch.tensor([2, 3], device="tpu"), -1).cpu()
     assert torch.allclose(torch.pow(torch.tensor([2, 4], device="tpu"), -1.0).cpu(), torch.tensor([0.5, 0.25]))
+
+
+def test_complex_pow_of_zero_and_negative_powers_of_uint8():
+    x = torch.tensor([0j, 1 + 0j, 2j, -1 - 1j])
+    for e in (1 + 1j, 0.5 + 1j, 2 + 0j, -1 + 0j, 1j, 0.5, 3):
+        torch.testing.assert_close((x.to(TPU) ** e).cpu(), x ** e, equal_nan=True)
+        exponent = torch.full((4,), e, dtype=torch.complex64)
+        torch.testing.assert_close((x.to(TPU) ** exponent.to(TPU)).cpu(), x ** exponent, equal_nan=True)
+    for dtype in (torch.uint8, torch.int8, torch.int64):
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+            (torch.tensor([3, 0, 1], dtype=dtype, device=TPU) ** -3).cpu()
+    torch.testing.assert_close((torch.tensor([3, 0], dtype=torch.uint8, device=TPU) ** 2).cpu(),
+                               torch.tensor([9, 0], dtype=torch.uint8))

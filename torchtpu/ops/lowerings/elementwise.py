@@ -549,6 +549,10 @@ def pow_values(base, exp):
         return int_pow(base, exp)
     if dt == BOOL:
         raise not_implemented("pow", dt)
+    if jnp.issubdtype(dt, jnp.complexfloating):
+        # exp(e * log(0)) is nan for a complex e; ATen's complex pow gives 0
+        # when the exponent's real part is positive.
+        return jnp.where((base == 0) & (jnp.real(exp) > 0), jnp.zeros((), dt), jnp.power(base, exp))
     return jnp.power(base, exp)
 
 
@@ -565,8 +569,8 @@ def pow_tensor_scalar(ctx, self, exponent):
     m = opmath(dt)
     x = cast(self, m)
     e = cast(exponent, m)
-    if is_integral(m):  # ATen's pow(Tensor, Scalar) argument check
-        ctx.check(e >= 0, "Integers to negative integer powers are not allowed.")
+    if is_integral(m):  # ATen's pow(Tensor, Scalar) argument check, on the value before the cast (uint8)
+        ctx.check(jnp.asarray(exponent) >= 0, "Integers to negative integer powers are not allowed.")
     if not is_floating(m):
         return pow_values(x, e).astype(dt)
     # torch evaluates these exponents exactly (x*x, sqrt, ...), not with pow().
