@@ -35,6 +35,15 @@ CASES = {
     # PyTorch's decomposition scatters with an unchecked index_put: tpu used to drop the value silently
     "max_unpool2d index past the plane": lambda d: _synced(d, lambda: _unpool(d, 2, bad=16)),
     "max_unpool3d negative index": lambda d: _synced(d, lambda: _unpool(d, 3, bad=-1)),
+    # source dtype != self dtype: ATen refuses to cast (the meta kernels cast silently)
+    "index_add_ long into float": lambda d: torch.zeros(3, device=d).index_add_(0, _zero(d), torch.ones(1, dtype=torch.long, device=d)),
+    "index_add float into long": lambda d: torch.zeros(3, dtype=torch.long, device=d).index_add(0, _zero(d), torch.ones(1, device=d)),
+    "index_copy_ long into float": lambda d: torch.zeros(3, device=d).index_copy_(0, _zero(d), torch.ones(1, dtype=torch.long, device=d)),
+    "put_ long into float": lambda d: torch.zeros(3, device=d).put_(_zero(d), torch.ones(1, dtype=torch.long, device=d)),
+    "maximum complex": lambda d: torch.maximum(torch.tensor([1j], device=d), torch.tensor([2j], device=d)),
+    "minimum int and complex scalar": lambda d: torch.minimum(torch.tensor([1, 2], device=d), torch.tensor(1j, device=d)),
+    "fmax complex": lambda d: torch.fmax(torch.tensor([1j], device=d), torch.tensor([2j], device=d)),
+    "atan2 complex": lambda d: torch.atan2(torch.tensor([1.0], device=d), torch.tensor([2j], device=d)),
 }  # fmt: skip
 
 # the same shapes of call that are fine
@@ -50,7 +59,13 @@ VALID = {
     "assert_async nan": lambda d: _synced(d, lambda: torch._assert_async(torch.tensor(float("nan"), device=d), "x")),
     "max_unpool2d of max_pool2d's indices": lambda d: _unpool(d, 2),
     "max_unpool3d of max_pool3d's indices": lambda d: _unpool(d, 3),
+    "index_add_ bool into bool": lambda d: torch.zeros(3, dtype=torch.bool, device=d).index_add_(0, _zero(d), torch.ones(1, dtype=torch.bool, device=d)),
+    "atan2 of ints": lambda d: torch.atan2(torch.tensor([1], device=d), torch.tensor([2], device=d)),
 }  # fmt: skip
+
+
+def _zero(device):
+    return torch.tensor([0], device=device)
 
 
 def _arange(device):

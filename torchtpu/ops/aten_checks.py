@@ -76,8 +76,55 @@ def _floating_kernel(kernel_name):
     return check
 
 
+def _c10(dtype):
+    return C10_NAMES.get(dtype, str(dtype))
+
+
+def _same_source_dtype(message):
+    """index_add_/index_copy_/put_: ATen requires source's dtype to be self's
+    (the meta kernels cast silently); `message` formats (self, source)."""
+
+    def check(sch, values):
+        self, source = values[0], values[sch.names.index("source")]
+        if isinstance(source, torch.Tensor) and source.dtype != self.dtype:
+            raise RuntimeError(message.format(_c10(self.dtype), _c10(source.dtype)))
+
+    return check
+
+
+def _no_complex_extremum(name):
+    def check(sch, values):
+        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in values):
+            raise RuntimeError(f"{name} not implemented for complex tensors.")
+
+    return check
+
+
+def _real_kernel(kernel_name):
+    # ATen's kernel has no complex version (the meta kernel accepts it)
+    def check(sch, values):
+        dtype = torch.result_type(*values[:2])
+        if dtype.is_complex:
+            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{_c10(dtype)}\'')
+
+    return check
+
+
+def _overloads(*names):
+    """Each op name with its in-place form."""
+    return [n for name in names for n in (f"aten::{name}", f"aten::{name}_")]
+
+
 _BEFORE_META = {
     "aten::cat": _cat_zero_dim,
+    **dict.fromkeys(_overloads("index_add"), _same_source_dtype(
+        "index_add_(): self ({}) and source ({}) must have the same scalar type")),
+    **dict.fromkeys(_overloads("index_copy"), _same_source_dtype(
+        "index_copy_(): self and source expected to have the same dtype, but got (self) {} and (source) {}")),
+    **dict.fromkeys(_overloads("put"), _same_source_dtype(
+        "put_(): self and source expected to have the same dtype, but got self.dtype = {} and source.dtype = {}")),
+    **{f"aten::{name}": _no_complex_extremum(name) for name in ("maximum", "minimum", "fmax", "fmin")},
+    **dict.fromkeys(_overloads("atan2"), _real_kernel("atan2_cpu")),
     **dict.fromkeys(("aten::leaky_relu", "aten::leaky_relu_"), _floating_kernel("leaky_relu_cpu")),
     **dict.fromkeys(("aten::add", "aten::add_", "aten::sub", "aten::sub_"), _alpha_check),
     **dict.fromkeys(
