@@ -8,6 +8,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
@@ -35,6 +36,16 @@ void check_factory_options(std::optional<c10::Layout> layout, std::optional<bool
       layout.value_or(c10::kStrided));
 }
 
+// torch.use_deterministic_algorithms(True) with fill_uninitialized_memory:
+// new tensors read NaN (or the integer maximum), as on CPU and CUDA.
+at::Tensor filled_if_deterministic(at::Tensor& result) {
+  auto& context = at::globalContext();
+  if (C10_UNLIKELY(context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory())) {
+    at::native::fill_empty_deterministic_(result);
+  }
+  return result;
+}
+
 at::Tensor empty_memory_format(
     c10::IntArrayRef size,
     std::optional<c10::ScalarType> dtype,
@@ -44,12 +55,13 @@ at::Tensor empty_memory_format(
     std::optional<c10::MemoryFormat> memory_format) {
   check_factory_options(layout, pin_memory);
   c10::DeviceGuard guard(c10::Device(kTpu, target_device(device)));
-  return at::detail::empty_generic(
+  at::Tensor result = at::detail::empty_generic(
       size,
       get_allocator_base(),
       kTpuKeys,
       c10::dtype_or_default(dtype),
       memory_format);
+  return filled_if_deterministic(result);
 }
 
 at::Tensor empty_strided(
@@ -61,8 +73,9 @@ at::Tensor empty_strided(
     std::optional<bool> pin_memory) {
   check_factory_options(layout, pin_memory);
   c10::DeviceGuard guard(c10::Device(kTpu, target_device(device)));
-  return at::detail::empty_strided_generic(
+  at::Tensor result = at::detail::empty_strided_generic(
       size, stride, get_allocator_base(), kTpuKeys, c10::dtype_or_default(dtype));
+  return filled_if_deterministic(result);
 }
 
 at::Tensor as_strided(

@@ -175,3 +175,18 @@ def test_kernel_cache_tells_equal_python_numbers_apart():
         for value in (0.0, -0.0):
             t = torch.full((1,), value, device="tpu").cpu()
             assert math.copysign(1, t.item()) == math.copysign(1, value)
+
+
+def test_deterministic_mode_fills_new_tensors_like_cpu():
+    torch.use_deterministic_algorithms(True)
+    try:
+        for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.bool):
+            for make in (lambda d: torch.empty(3, dtype=dtype, device=d),
+                         lambda d: torch.empty_strided((2, 2), (1, 2), dtype=dtype, device=d),
+                         lambda d: torch.ones(2, dtype=dtype, device=d).new_empty(4)):
+                torch.testing.assert_close(make("tpu").cpu(), make("cpu"), equal_nan=True)
+        model = torch.nn.Linear(4, 2).to("tpu")  # ordinary work is unaffected
+        model(torch.ones(3, 4, device="tpu")).sum().backward()
+        assert not model.weight.grad.isnan().any()
+    finally:
+        torch.use_deterministic_algorithms(False)
