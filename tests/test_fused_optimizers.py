@@ -1,5 +1,5 @@
 """torch.optim's fused=True steps (one kernel for all parameters) against the
-CPU's fused kernels: Adam, AdamW, SGD, with AMP's GradScaler (unscaling in
+CPU's fused kernels: Adam, AdamW, SGD, Adagrad, with AMP's GradScaler (unscaling in
 place, skipping a step whose gradients overflowed) and a tensor lr."""
 
 import pytest
@@ -14,13 +14,15 @@ CASES = [
     (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
     (torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.1)),
     (torch.optim.SGD, dict(lr=0.1)),
+    (torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.05, weight_decay=0.1)),
+    (torch.optim.Adagrad, dict(lr=torch.tensor(0.1), maximize=True, initial_accumulator_value=0.1, eps=1e-8)),
 ]
 
 
-def _train(device, opt_cls, kwargs, steps=3, init_scale=None):
+def _train(device, opt_cls, kwargs, steps=3, init_scale=None, fused=True):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)).to(device)
-    opt = opt_cls(model.parameters(), fused=True, **kwargs)
+    opt = opt_cls(model.parameters(), **kwargs, **(dict(fused=True) if fused else dict(foreach=True)))
     scaler = torch.amp.GradScaler(device, init_scale=init_scale) if init_scale else None
     x = torch.randn(8, 6).to(device)
     for _ in range(steps):
@@ -60,3 +62,21 @@ def test_overflowing_step_is_skipped(no_fallback):
     for p, b in zip(model.parameters(), before):
         assert torch.equal(p.detach().cpu(), b)
     assert scaler.get_scale() < 2.0**127
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(lr=0.1, lr_decay=0.1, weight_decay=0.05),
+        dict(lr=0.05, lr_decay=0.01, maximize=True),
+        dict(lr=0.1, weight_decay=0.1, maximize=True, initial_accumulator_value=0.5),
+    ],
+    ids=str,
+)
+def test_fused_adagrad_matches_cpu_fused_and_foreach(kwargs, no_fallback):
+    # lr_decay makes the step count matter: clr = lr / (1 + (step - 1) * lr_decay)
+    tpu_params, tpu_grads = _train("tpu", torch.optim.Adagrad, kwargs, steps=6)
+    for fused in (True, False):
+        cpu_params, cpu_grads = _train("cpu", torch.optim.Adagrad, kwargs, steps=6, fused=fused)
+        for a, b in zip(tpu_params + tpu_grads, cpu_params + cpu_grads):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

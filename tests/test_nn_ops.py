@@ -1,5 +1,5 @@
 """Neural-network op lowerings against the CPU: matrix products, convolution,
-pooling, normalization, losses, embedding (values and gradients), and
+pooling, normalization (weight_norm too), losses, embedding (values and gradients), and
 dropout (statistics: it is random).
 
 Composites and autograd formulas also run ops of other families (views,
@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchtpu
-from utils import TPU, check
+import torchtpu.compile
+from utils import TPU, assert_close, check
 
 NAN = float("nan")
 INF = float("inf")
@@ -427,6 +428,74 @@ def test_group_norm(dtype):
     check(lambda x, w, b: F.group_norm(x, 3, w, b, eps=1e-4), x, w, b, grad=True, **bf16_tol(dtype))
     check(lambda x: F.group_norm(x, 2), randn(2, 4, 7, dtype=dtype, grad=True), grad=True, **bf16_tol(dtype))
     check(lambda x: torch.ops.aten.native_group_norm(x, None, None, 3, 6, 20, 3, 1e-5), x.detach(), **bf16_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape, dim", [((4, 5), 0), ((4, 5), 1), ((4, 3, 2, 2), 0), ((4, 3, 2, 2), 3)])
+def test_weight_norm_interface(shape, dim, dtype):
+    # torch._weight_norm takes the fused path (_weight_norm_interface and its
+    # backward) for the first or last dim; g has the shape of norm_except_dim.
+    v = randn(*shape, dtype=dtype, grad=True)
+    g_shape = [1] * len(shape)
+    g_shape[dim] = shape[dim]
+    g = randn(*g_shape, dtype=dtype, grad=True, seed=1, scale=2.0)
+    check(lambda v, g: torch._weight_norm(v, g, dim), v, g, grad=True, **bf16_tol(dtype))
+
+
+def test_weight_norm_interface_backward_direct():
+    v, g = randn(3, 5, seed=0), randn(1, 5, seed=1)
+    grad_w = randn(3, 5, seed=2)
+    for dtype in (torch.float32, torch.bfloat16):
+        # bf16: saved_norms is float32 (ATen keeps the norm in float for half g)
+        norms = torch.linalg.vector_norm(v, dim=0, keepdim=True)
+        args = (grad_w.to(dtype), v.to(dtype), g.to(dtype), norms)
+        out = check(lambda *a: torch.ops.aten._weight_norm_interface_backward(*a, 1), *args, **bf16_tol(dtype))
+        assert [t.dtype for t in out] == [dtype, dtype]
+
+
+def _weight_norm_module(api, dim):
+    torch.manual_seed(0)
+    module = torch.nn.Linear(5, 4)
+    if api == "parametrizations":
+        return torch.nn.utils.parametrizations.weight_norm(module, dim=dim)
+    with pytest.warns(FutureWarning):  # torch.nn.utils.weight_norm is deprecated
+        return torch.nn.utils.weight_norm(module, dim=dim)
+
+
+@pytest.mark.parametrize("api", ["parametrizations", "nn.utils"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_weight_norm_modules(api, dim, no_fallback):
+    x = randn(3, 5, seed=3)
+    cpu = _weight_norm_module(api, dim)
+    tpu = _weight_norm_module(api, dim).to(TPU)
+    for module, inp in ((cpu, x), (tpu, x.to(TPU))):
+        module(inp).pow(2).sum().backward()
+    assert_close(tpu(x.to(TPU)), cpu(x))
+    for a, e in zip(tpu.parameters(), cpu.parameters()):
+        assert_close(a.grad, e.grad)
+
+
+def test_weight_norm_compiled(no_fallback):
+    torch._dynamo.reset()
+    torchtpu.compile.reset_compile_stats()
+    try:
+        tpu_module = _weight_norm_module("parametrizations", 0).to(TPU)
+        cpu_module = _weight_norm_module("parametrizations", 0)
+        x = randn(3, 5, seed=3)
+
+        def step(module, x):
+            loss = module(x).pow(2).sum()
+            loss.backward()
+            return loss
+
+        got = torch.compile(step, backend="tpu")(tpu_module, x.to(TPU))
+        assert_close(got, step(cpu_module, x))
+        for a, e in zip(tpu_module.parameters(), cpu_module.parameters()):
+            assert_close(a.grad, e.grad)
+        stats = torchtpu.compile_stats()
+        assert stats["graphs"] >= 1 and stats["eager_fallback_graphs"] == 0, stats["per_graph"]
+    finally:
+        torch._dynamo.reset()
 
 
 # ===================================================================== losses

@@ -1,4 +1,5 @@
-"""batch_norm, layer_norm, group_norm and their backward ops.
+"""batch_norm, layer_norm, group_norm and their backward ops, and weight_norm's
+backward.
 
 Statistics are computed in float32 for bfloat16/float16 inputs (torch's
 accumulation type), two-pass (mean, then the mean of squared deviations).
@@ -267,3 +268,23 @@ def native_group_norm_backward(ctx, grad_out, input, mean, rstd, weight, N, C, H
         grad_bias = jnp.sum(g, axis=(0, 3)).reshape(C)
     return grad_input, grad_weight, grad_bias
 
+
+@lower(aten._weight_norm_interface_backward)
+def weight_norm_interface_backward(ctx, grad_w, saved_v, saved_g, saved_norms, dim):
+    """Backward of w = v * (g / ||v||) (the norm over every dim but `dim`, 0 or
+    the last; -1: over the whole tensor).  saved_g and saved_norms have g's
+    shape (size 1 except along `dim`); saved_norms may be float32 for half
+    v/g.  Accumulates in float32 for low-precision inputs, like ATen."""
+    if saved_v.size == 0:  # ATen: grad_g zeroed (the sums are empty, the norms 0)
+        return jnp.zeros(saved_v.shape, saved_v.dtype), jnp.zeros(saved_g.shape, saved_g.dtype)
+    acc = acc_dtype(saved_v.dtype)
+    v = saved_v.astype(acc)
+    axes = tuple(range(v.ndim)) if dim == -1 else tuple(i for i in range(v.ndim) if i != dim)
+    per_dim_sum = jnp.sum(grad_w.astype(acc) * v, axis=axes, keepdims=True)
+    norm = saved_norms.astype(acc).reshape(per_dim_sum.shape)
+    g = saved_g.astype(acc).reshape(per_dim_sum.shape)
+    grad_g = per_dim_sum / norm
+    a = g / norm
+    b = a * grad_g / norm
+    grad_v = a * grad_w.astype(acc) - b * v
+    return grad_v.astype(saved_v.dtype), grad_g.reshape(saved_g.shape).astype(saved_g.dtype)

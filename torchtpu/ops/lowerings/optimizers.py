@@ -1,5 +1,5 @@
-"""The fused optimizer steps (`torch.optim.Adam/AdamW/SGD(fused=True)`): one
-kernel updates every parameter, as ATen's fused CUDA/CPU kernels do.
+"""The fused optimizer steps (`torch.optim.Adam/AdamW/SGD/Adagrad(fused=True)`):
+one kernel updates every parameter, as ATen's fused CUDA/CPU kernels do.
 
 Semantics follow ATen's fused kernels: gradients are unscaled in place by
 `grad_scale` (AMP), a nonzero `found_inf` skips the whole step, the math
@@ -121,3 +121,38 @@ def fused_sgd(ctx, params, grads, momentum_buffers, weight_decay, momentum, lr, 
         _unless_inf(found_inf, grads_out, grads),
         _unless_inf(found_inf, new_buf, list(momentum_buffers)[: len(new_buf)]),
     )
+
+
+def _writes_steps(op):
+    """`_fused_adagrad_` (not its tensor_lr overload) declares state_steps
+    mutated, and its functional form returns them: unchanged values then."""
+    schema = op._schema
+    return any(r.name == "state_steps_out" for r in schema.returns) or any(
+        a.name == "state_steps" and a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    )
+
+
+@lower(*_steps("_fused_adagrad"), static=("lr_decay", "weight_decay", "eps", "maximize"), traced=("lr",),
+       meta=_no_outputs)
+def fused_adagrad(ctx, params, grads, state_sums, state_steps, lr, lr_decay, weight_decay, eps, maximize,
+                  grad_scale=None, found_inf=None):
+    lr = _scalar(lr)
+    grads_out = _unscaled(grads, grad_scale)
+    new_p, new_sum = [], []
+    for p, g, s, step in zip(params, grads_out, state_sums, state_steps):
+        p32, g32, s32 = _opmath(p), _opmath(g), _opmath(s)
+        if maximize:
+            g32 = -g32
+        if weight_decay != 0:
+            g32 = g32 + weight_decay * p32
+        clr = lr / (1 + (_scalar(step) - 1) * lr_decay)
+        s32 = s32 + g32 * g32
+        p32 = p32 - clr * g32 / (jnp.sqrt(s32) + eps)
+        new_p.append(p32.astype(p.dtype))
+        new_sum.append(s32.astype(s.dtype))
+    out = (
+        _unless_inf(found_inf, new_p, params),
+        _unless_inf(found_inf, grads_out, grads),
+        _unless_inf(found_inf, new_sum, state_sums),
+    )
+    return out + (list(state_steps),) if _writes_steps(ctx.op) else out
