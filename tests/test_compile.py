@@ -278,6 +278,37 @@ def test_checkpointed_dropout_follows_the_seed():
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
 
 
+def test_cpu_tensor_attribute_moved_inside_the_graph_is_an_input():
+    # A plain tensor attribute (not a buffer) stays on the CPU when the model
+    # moves; `.to(x.device)` inside forward makes it a CPU graph input.
+    class Weighted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 5)
+            self.class_weights = torch.rand(5) + 0.5
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.linear(x), y, weight=self.class_weights.to(x.device))
+
+    torch.manual_seed(0)
+    cpu_model = Weighted()
+    model = copy.deepcopy(cpu_model).to("tpu")
+    fn = torch.compile(model, backend="tpu")
+    x, y = torch.randn(6, 8), torch.randint(0, 5, (6,))
+    for step in range(2):
+        if step:  # the graph reads the tensor at each call, it does not bake it in
+            cpu_model.class_weights.mul_(2.0).add_(torch.arange(5.0))
+            model.class_weights.copy_(cpu_model.class_weights)
+        loss = fn(x.to("tpu"), y.to("tpu"))
+        loss.backward()
+        expected = cpu_model(x, y)
+        expected.backward()
+        assert_close(loss, expected)
+        assert_close(model.linear.weight.grad, cpu_model.linear.weight.grad)
+    stats = _graph_stats()
+    assert stats["eager_fallback_graphs"] == 0, stats["per_graph"]
+
+
 def test_same_signature_is_cached_and_new_shape_recompiles(caplog):
     fn = torch.compile(lambda x: (x * 2).sum(0), backend="tpu")
     x = torch.randn(4, 3, device="tpu")

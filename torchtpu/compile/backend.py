@@ -45,7 +45,6 @@ def _compiler(options, kind, graph_id):
         name = f"graph{graph_id}_{kind}"
         options.dump_graph(name, gm)
         try:
-            _check_inputs(example_inputs)
             lowering = GraphLowering(gm)
         except Unlowerable as reason:
             log.warning("torchtpu.compile: %s runs op by op in eager mode: %s", name, reason)
@@ -60,12 +59,6 @@ def _compiler(options, kind, graph_id):
         return _boxed(CompiledGraph(lowering, name, options))
 
     return compile_graph
-
-
-def _check_inputs(example_inputs):
-    for a in example_inputs:
-        if isinstance(a, torch.Tensor) and a.device.type != "tpu" and a.dim() > 0:
-            raise Unlowerable(f"graph input on {a.device}")
 
 
 def _boxed(fn):

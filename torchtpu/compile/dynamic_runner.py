@@ -19,7 +19,7 @@ from ..runtime.dtypes import to_jax
 from ..runtime.gc_pause import gc_paused
 from . import output_views
 from .dynamic import Shapes, Unpaddable, merged_layouts
-from .graph_inputs import argument_key, rng_words
+from .graph_inputs import argument_key, rng_words, tensor_key
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -141,7 +141,7 @@ class DynamicCalls:
                 if call.device is None:
                     call.device = a.device.index
             elif isinstance(a, torch.Tensor):
-                key.append(call.tensor_key(a))
+                key.append(tensor_key(call, a))
             else:
                 key.append(("int", shapes.size(meta)) if isinstance(meta, torch.SymInt) else argument_key(a))
         call.dyn.extend(draws)  # (after the CPU scalars: see _readers)

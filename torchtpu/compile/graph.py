@@ -66,10 +66,15 @@ class GraphLowering:
         self._fingerprint = None
         self.external_lowerings = False  # registered outside torchtpu (not cached on disk)
         self.constants = {}  # get_attr node -> host array (a tensor literal in the model's code)
-        # CPU values computed from constants only (`torch.tensor([..]).to(x.device)`
-        # lifts a CPU copy first): inside the executable they are arrays
-        # like any other, as long as none is returned.
-        self.from_constants = set()
+        # CPU values computed from constants or CPU inputs only
+        # (`torch.tensor([..]).to(x.device)` lifts a CPU copy first; a plain
+        # tensor attribute of the model, such as class weights, is a CPU
+        # input): inside the executable they are arrays like any other, as
+        # long as none is returned.
+        self.from_constants = {p for p in self.placeholders if not _is_tpu_or_scalar(_meta(p))}
+        for p in self.from_constants:
+            if _meta(p).device.type != "cpu" or _has_symbols(_meta(p)):
+                raise Unlowerable(f"graph input on {_meta(p).device}" + (" with a dynamic shape" * _has_symbols(_meta(p))))
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 self._check(node)

@@ -1,5 +1,5 @@
-"""A compiled graph's non-tensor arguments: how they key its executables
-and which of them are traced inputs.
+"""A compiled graph's arguments that are not tpu tensors: how they key its
+executables and which of them are traced inputs.
 
 A torch.Generator argument comes from activation checkpointing's graph-safe
 random ops (graph.GRAPHSAFE_RNG): its state advances every call, so it is an
@@ -9,6 +9,17 @@ import torch
 
 from .. import _C
 from ..ops.dispatch import static_key
+from ..runtime.dtypes import torch_to_numpy
+
+
+def tensor_key(call, t):
+    """A tensor argument's part of the signature.  A CPU tensor that is not
+    a scalar (a model's plain tensor attribute: class weights moved with
+    `.to(x.device)`) is a host input, sent with each call."""
+    if t.is_cpu and t.dim() > 0:
+        call.dyn.append(torch_to_numpy(t.detach()).copy())  # (the values at the call, not later ones)
+        return ("cpu", t.dtype, tuple(t.shape))
+    return call.tensor_key(t)
 
 
 def rng_words(seed, offset):

@@ -25,7 +25,7 @@ from ..runtime.dtypes import to_jax
 from ..runtime.gc_pause import gc_paused
 from . import output_views, stats
 from .dynamic_runner import DynamicCalls, write_back
-from .graph_inputs import argument_key, generator_draws, rng_words
+from .graph_inputs import argument_key, generator_draws, rng_words, tensor_key
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -84,7 +84,7 @@ class CompiledGraph(DynamicCalls):
         key = [matmul_precision(), torch.get_default_dtype()]
         for a in args:
             if isinstance(a, torch.Tensor):
-                key.append(call.tensor_key(a))
+                key.append(tensor_key(call, a))
             else:
                 key.append(argument_key(a))
         call.dyn.extend(generator_draws(args))  # (after the CPU scalars: see _readers)
