@@ -80,3 +80,15 @@ def test_fused_adagrad_matches_cpu_fused_and_foreach(kwargs, no_fallback):
         cpu_params, cpu_grads = _train("cpu", torch.optim.Adagrad, kwargs, steps=6, fused=fused)
         for a, b in zip(tpu_params + tpu_grads, cpu_params + cpu_grads):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opt_cls, kwargs", [
+    (torch.optim.Adam, {}), (torch.optim.AdamW, dict(weight_decay=0.1)), (torch.optim.SGD, dict(momentum=0.9)),
+    (torch.optim.Adagrad, {}),
+], ids=lambda v: getattr(v, "__name__", None) or str(sorted(v)))
+def test_fused_step_with_an_lr_tensor_on_the_device(opt_cls, kwargs, no_fallback):
+    # (the tensor_lr overloads: lr stays a tensor argument, read on the device)
+    results = [_train(device, opt_cls, dict(kwargs, lr=torch.tensor(1e-2, device=device)))
+               for device in ("cpu", "tpu")]
+    for a, b in zip(results[1][0] + results[1][1], results[0][0] + results[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -204,10 +204,12 @@ class OpEntry:
         self.lowering = find_lowering(op)
         names = self.lowering.static if self.lowering is not None else ()
         self.static = frozenset(self.schema.name_to_index[n] for n in names)
-        # Argument kinds, with the lowering's traced floats made Scalars.
+        # Argument kinds, with the lowering's traced floats made Scalars (a
+        # tensor of the same name -- `lr` of the tensor_lr overloads -- stays a tensor).
         traced = self.lowering.traced if self.lowering is not None else ()
         self.kinds = [
-            SCALAR if name in traced else kind for name, kind in zip(self.schema.names, self.schema.kinds)
+            SCALAR if name in traced and kind not in (TENSOR, OPT_TENSOR) else kind
+            for name, kind in zip(self.schema.names, self.schema.kinds)
         ]
         self.dynamic = set()  # Scalar positions now traced
         self.seen = {}  # position -> distinct values baked so far
