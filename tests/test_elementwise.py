@@ -738,3 +738,9 @@ def test_complex_pow_of_zero_and_negative_powers_of_uint8():
             (torch.tensor([3, 0, 1], dtype=dtype, device=TPU) ** -3).cpu()
     torch.testing.assert_close((torch.tensor([3, 0], dtype=torch.uint8, device=TPU) ** 2).cpu(),
                                torch.tensor([9, 0], dtype=torch.uint8))
+
+
+def test_bool_divided_by_a_false_scalar_tensor_gives_nan_for_zero():
+    a = torch.tensor([True, False])
+    for divisor in (torch.tensor(False), torch.tensor([False, False])):
+        torch.testing.assert_close((a.to(TPU) / divisor.to(TPU)).cpu(), a / divisor, equal_nan=True)

@@ -429,6 +429,9 @@ def mul(ctx, self, other):
 def div(ctx, self, other):
     dt = float_result(ctx, 0, 1)
     m = opmath(dt)
+    if jnp.asarray(self).dtype == jnp.bool_:
+        # XLA rewrites convert(bool) / s as select(bool, 1 / s, 0): 0 / 0 would be 0, not nan
+        self = jnp.where(self, 1, 0)
     return (cast(self, m) / cast(other, m)).astype(dt)
 
 
