@@ -309,6 +309,50 @@ def test_cpu_tensor_attribute_moved_inside_the_graph_is_an_input():
     assert stats["eager_fallback_graphs"] == 0, stats["per_graph"]
 
 
+def _cond_model(linear):
+    return lambda x: torch.cond(x.sum() > 0, lambda x: linear(x).sin(), lambda x: linear(x).cos() * 2, (x,))
+
+
+def test_torch_cond_and_while_loop_compile_whole_and_match_cpu():
+    from torch._higher_order_ops import while_loop
+
+    torch.manual_seed(0)
+    cpu_linear = torch.nn.Linear(4, 4)
+    linear = copy.deepcopy(cpu_linear).to("tpu")
+    fn = torch.compile(_cond_model(linear), backend="tpu")
+    for sign in (1.0, -1.0):  # both branches, forward and backward
+        x = sign * torch.rand(3, 4)
+        xt = x.to("tpu").requires_grad_()
+        y = fn(xt)
+        y.sum().backward()
+        xc = x.clone().requires_grad_()
+        expected = _cond_model(cpu_linear)(xc)
+        expected.sum().backward()
+        assert_close(y, expected)
+        assert_close(xt.grad, xc.grad)
+        assert_close(linear.weight.grad, cpu_linear.weight.grad)
+
+    def loop(x):
+        return while_loop(lambda i, s: i < 5, lambda i, s: (i + 1, s * 0.9 + i), (torch.tensor(0, device=x.device), x))[1]
+
+    assert_close(torch.compile(loop, backend="tpu")(torch.ones(3, 4, device="tpu")), loop(torch.ones(3, 4)))
+    stats = _graph_stats()
+    assert stats["graphs"] == 3 and stats["eager_fallback_graphs"] == 0, stats["per_graph"]
+
+
+def test_torch_cond_with_a_device_check_in_a_branch_runs_op_by_op():
+    table = torch.randn(5, 3)
+    on_device = table.to("tpu")
+
+    def f(i, t):
+        return torch.cond(i.sum() > 0, lambda i: t[i], lambda i: t[i] * 2, (i,))
+
+    out = torch.compile(f, backend="tpu")(torch.tensor([1, 4], device="tpu"), on_device)
+    assert_close(out, f(torch.tensor([1, 4]), table))
+    (graph,) = _graph_stats()["per_graph"]
+    assert "device-side checks" in graph["fallback"]  # (the index bounds check)
+
+
 def test_same_signature_is_cached_and_new_shape_recompiles(caplog):
     fn = torch.compile(lambda x: (x * 2).sum(0), backend="tpu")
     x = torch.randn(4, 3, device="tpu")

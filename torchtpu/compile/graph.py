@@ -21,6 +21,7 @@ from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
 from ..runtime import executable_cache
 from ..runtime.dtypes import to_jax, torch_to_numpy
+from . import control_flow
 from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS, MaskRules, Unpaddable
 from .dynamic import node_meta as _meta
 
@@ -66,6 +67,7 @@ class GraphLowering:
         self._fingerprint = None
         self.external_lowerings = False  # registered outside torchtpu (not cached on disk)
         self.constants = {}  # get_attr node -> host array (a tensor literal in the model's code)
+        self.subgraphs = {}  # get_attr node -> GraphLowering (torch.cond branches, while_loop bodies)
         # CPU values computed from constants or CPU inputs only
         # (`torch.tensor([..]).to(x.device)` lifts a CPU copy first; a plain
         # tensor attribute of the model, such as class weights, is a CPU
@@ -79,7 +81,11 @@ class GraphLowering:
             if node.op == "call_function":
                 self._check(node)
             elif node.op == "get_attr":
-                self.constants[node] = _constant(gm, node.target)
+                value = _attribute(gm, node.target)
+                if isinstance(value, torch.fx.GraphModule):
+                    self.subgraphs[node] = control_flow.subgraph(value)
+                    continue
+                self.constants[node] = _constant(value, node.target)
                 self.from_constants.add(node)
             elif node.op in ("call_module", "call_method"):
                 raise Unlowerable(f"FX node kind {node.op} ({node.target})")
@@ -93,10 +99,13 @@ class GraphLowering:
         and every node's metadata (lowerings read shapes, strides and dtypes
         from it).  Keys compiled executables on disk."""
         if self._fingerprint is None:
-            code = self.gm.code if not self.external_lowerings else executable_cache.UNCACHEABLE
+            external = self.external_lowerings or any(sub.external_lowerings for sub in self.subgraphs.values())
+            code = self.gm.code if not external else executable_cache.UNCACHEABLE
             constants = tuple((str(a.dtype), a.shape, hashlib.sha256(a.tobytes()).hexdigest())
                               for a in self.constants.values())
-            self._fingerprint = (code, tuple(_describe(n.meta.get("val")) for n in self.gm.graph.nodes), constants)
+            subgraphs = tuple(sub.fingerprint() for sub in self.subgraphs.values())
+            self._fingerprint = (code, tuple(_describe(n.meta.get("val")) for n in self.gm.graph.nodes), constants,
+                                 subgraphs)
         return self._fingerprint
 
     @property
@@ -107,6 +116,10 @@ class GraphLowering:
     def _check(self, node):
         target = node.target
         if target is operator.getitem or target in SYMBOLIC_OPS or target in SIZE_QUERIES:
+            return
+        if target in control_flow.HIGHER_ORDER_OPS:
+            control_flow.check(self, node)
+            self.ops.append(target)
             return
         if target is GRAPHSAFE_RNG:
             generator = node.kwargs.get("rng_state")
@@ -182,6 +195,11 @@ class GraphLowering:
                 env[node] = target(*map_arg(node.args, lambda n: env[n]))
             elif target in SIZE_QUERIES:
                 env[node] = _size_query(target, env, node)
+            elif target in control_flow.HIGHER_ORDER_OPS:
+                if self.shapes is not None:
+                    raise Unpaddable(f"{target} inside a dynamic graph")
+                with matmul_scope(precision):
+                    env[node] = control_flow.lower(self, node, env, precision)
             elif target is aten.copy_.default:
                 dst = node.args[0]
                 meta = self._concrete(_meta(dst))
@@ -273,11 +291,15 @@ class GraphLowering:
         return self._concrete(meta)
 
 
-def _constant(gm, target):
-    """A tensor constant the graph reads (`get_attr`), as a host array."""
+def _attribute(gm, target):
     value = gm
     for name in target.split("."):
         value = getattr(value, name)
+    return value
+
+
+def _constant(value, target):
+    """A tensor constant the graph reads (`get_attr`), as a host array."""
     if not isinstance(value, torch.Tensor):
         raise Unlowerable(f"FX get_attr of a {type(value).__name__} ({target})")
     # (read without dispatching: the backend runs under AOTAutograd's fake mode)
