@@ -44,7 +44,7 @@ def subgraph(gm):
 
 
 def check(graph, node):
-    """At graph build: the node's subgraphs are lowered, its operands tensors."""
+    """At graph build: the node's subgraphs were lowered (get_attr nodes)."""
     from .graph import Unlowerable
 
     names = node.args[1:3] if node.target is COND else node.args[0:2]

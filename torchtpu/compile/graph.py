@@ -75,8 +75,10 @@ class GraphLowering:
         # long as none is returned.
         self.from_constants = {p for p in self.placeholders if not _is_tpu_or_scalar(_meta(p))}
         for p in self.from_constants:
-            if _meta(p).device.type != "cpu" or _has_symbols(_meta(p)):
-                raise Unlowerable(f"graph input on {_meta(p).device}" + (" with a dynamic shape" * _has_symbols(_meta(p))))
+            if _meta(p).device.type != "cpu":
+                raise Unlowerable(f"graph input on {_meta(p).device}")
+            if _has_symbols(_meta(p)):
+                raise Unlowerable("a CPU graph input of dynamic shape")
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 self._check(node)
@@ -89,6 +91,8 @@ class GraphLowering:
                 self.from_constants.add(node)
             elif node.op in ("call_module", "call_method"):
                 raise Unlowerable(f"FX node kind {node.op} ({node.target})")
+        if self.subgraphs and self.symbolic:
+            raise Unlowerable("torch.cond / while_loop in a dynamic-shape graph")
         returned = []
         map_arg(self.output_node.args[0], returned.append)
         if any(n in self.from_constants and not _is_tpu_or_scalar(_meta(n)) for n in returned):
@@ -196,8 +200,6 @@ class GraphLowering:
             elif target in SIZE_QUERIES:
                 env[node] = _size_query(target, env, node)
             elif target in control_flow.HIGHER_ORDER_OPS:
-                if self.shapes is not None:
-                    raise Unpaddable(f"{target} inside a dynamic graph")
                 with matmul_scope(precision):
                     env[node] = control_flow.lower(self, node, env, precision)
             elif target is aten.copy_.default:
