@@ -49,7 +49,7 @@ def _same_dtype(sch, values):
     # matrix products do not promote (meta kernels of mm/mv/addmm accept mixes)
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     if len({t.dtype for t in tensors}) > 1:
-        names = ", ".join(C10_NAMES.get(t.dtype, str(t.dtype)) for t in tensors)
+        names = ", ".join(_c10(t.dtype) for t in tensors)
         raise RuntimeError(f"{sch.op._schema.name[6:]}: expected all tensors to have the same dtype, but got {names}")
 
 
@@ -65,13 +65,17 @@ def _alpha_check(sch, values):
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
+def _not_implemented(kernel_name, dtype):
+    return NotImplementedError(f'"{kernel_name}" not implemented for \'{_c10(dtype)}\'')
+
+
 def _floating_kernel(kernel_name):
     # ATen's kernel has no integer version; the meta (a _refs function)
     # raises a ValueError about the Scalar instead
     def check(sch, values):
         t = values[0]
         if isinstance(t, torch.Tensor) and not (t.dtype.is_floating_point or t.dtype.is_complex):
-            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{C10_NAMES.get(t.dtype, t.dtype)}\'')
+            raise _not_implemented(kernel_name, t.dtype)
 
     return check
 
@@ -105,7 +109,7 @@ def _real_kernel(kernel_name):
     def check(sch, values):
         dtype = torch.result_type(*values[:2])
         if dtype.is_complex:
-            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{_c10(dtype)}\'')
+            raise _not_implemented(kernel_name, dtype)
 
     return check
 
@@ -221,8 +225,8 @@ def _check_safe_cast_to_output(sch, meta_values):
     for r, w in zip(results, written):
         if isinstance(r, torch.Tensor) and isinstance(w, torch.Tensor) and not torch.can_cast(r.dtype, w.dtype):
             raise RuntimeError(
-                f"result type {C10_NAMES.get(r.dtype, r.dtype)} can't be cast to the desired output type "
-                f"{C10_NAMES.get(w.dtype, w.dtype)}"
+                f"result type {_c10(r.dtype)} can't be cast to the desired output type "
+                f"{_c10(w.dtype)}"
             )
 
 
