@@ -72,6 +72,8 @@ def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
     import torchtpu.ops.lowerings.graph_only  # noqa: F401  (views and factories inside graphs)
     from torch._dynamo.backends.common import aot_autograd
 
+    from . import upstream_fixes
+
     from ..runtime import compile_cache as cache
 
     torch.tpu._lazy_init()
@@ -86,4 +88,4 @@ def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
         keep_inference_input_mutations=True,
     )
     with gc_paused():  # AOTAutograd's tracing and partitioning
-        return backend(gm, example_inputs)
+        return backend(upstream_fixes.rewrite(gm), example_inputs)
