@@ -87,6 +87,8 @@ CASES = {
     "detach_shares": (lambda x: x.detach().fill_(4), arange(2, 3)),
     "view_dtype_write": (lambda x: x.view(torch.int32)[1].fill_(0x3F800000), arange(3, 2)),
     "view_dtype_narrow_write": (lambda x: x.view(torch.uint8)[0, :4].zero_(), arange(2, 2)),
+    "view_dtype_bool_write": (lambda x: x.view(torch.bool)[1, :5].fill_(True), arange(3, 2)),
+    "complex_imag_write": (lambda x: x.imag[1:].mul_(-2), arange(3, 2, dtype=torch.complex64)),
     "as_strided_write": (lambda x: x.as_strided((2, 3), (4, 1), 1).fill_(-1), arange(12)),
     "unfold_write_nonoverlap": (lambda x: x.unfold(0, 2, 3).fill_(8), arange(9)),
     "squeeze_write": (lambda x: x[:, 0:1].squeeze(1).fill_(1), arange(3, 4)),
@@ -117,6 +119,24 @@ ARITH_CASES = {
 def test_view_arith_case(name, no_fallback):
     program, make_input = ARITH_CASES[name]
     run_case(program, make_input)
+
+
+def test_write_through_a_view_of_another_dtype_reuses_the_donated_buffer():
+    # The written box goes back to its storage's dtype: XLA warned that the
+    # donated complex buffer was not usable for a float result.
+    import warnings
+
+    z = torch.zeros(2, 3, dtype=torch.complex64, device=TPU)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z.imag.fill_(3.0)
+        z.real[:, 1].add_(1.0)
+        torch.view_as_real(z)[0].mul_(2)
+    expected = torch.zeros(2, 3, dtype=torch.complex64)
+    expected.imag.fill_(3.0)
+    expected.real[:, 1].add_(1.0)
+    torch.view_as_real(expected)[0].mul_(2)
+    assert torch.equal(z.cpu(), expected)
 
 
 def test_data_ptr_stable_under_inplace(no_fallback):

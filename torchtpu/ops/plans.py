@@ -270,6 +270,10 @@ def write_view(x, storage_nbytes, sizes, strides, offset, value):
         ranks = sorted(order)
         perm = [ranks.index(d) for d in order]
         return jnp.transpose(v, perm) if perm != sorted(perm) else v
+    if dtype == jnp.bool_ and x is not None and x.dtype != jnp.bool_:
+        # Bools go in as bytes: a bool box would keep only 0/1 of the
+        # other bytes of the storage.
+        value, dtype = value.astype(jnp.uint8), jnp.dtype(jnp.uint8)
     if x is None:
         if storage_nbytes % dtype.itemsize:
             x = jnp.zeros((storage_nbytes,), jnp.uint8)
