@@ -570,6 +570,26 @@ def test_dynamic_slice_of_merged_rows_is_not_padded():
         assert_close(g(x.to("tpu")), f(x), **TOL)
 
 
+def test_dynamic_symbolic_outputs_are_their_true_values():
+    # A size comparison returned by a graph (dynamo breaks at
+    # `sdpa(is_causal=q.shape[2] > 1)` and returns the SymBool) came back None.
+    def f(x):
+        return x.sum(), x.shape[0] * 1.5, x.shape[0] // 2, x.shape[0] > 2
+
+    g = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (2, 3, 5, 9):
+        out = g(torch.ones(n, device="tpu"))
+        assert out[1:] == f(torch.ones(n))[1:] and type(out[3]) is bool
+
+    def attend(q, kv):
+        return F.scaled_dot_product_attention(q, kv, kv, is_causal=q.shape[2] > 1)
+
+    h = torch.compile(attend, backend="tpu", dynamic=True)
+    for length in (1, 3, 4):
+        q, kv = torch.randn(1, 2, length, 4), torch.randn(1, 2, length + 2, 4)
+        assert_close(h(q.to("tpu"), kv.to("tpu")), attend(q, kv), **TOL)
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_outputs_that_are_views_of_inputs_or_outputs(requires_grad, dynamic):

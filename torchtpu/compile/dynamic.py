@@ -98,6 +98,13 @@ class Shapes:
             return x
         return _evaluate(x.node.expr, self.true)
 
+    def host_value(self, x):
+        """A symbolic graph output's true value on the host: a size (int), a
+        float, or a size comparison (`x.shape[0] > 2`, bool)."""
+        value = x.node.expr.xreplace(self.true)
+        kind = bool if isinstance(x, torch.SymBool) else float if isinstance(x, torch.SymFloat) else int
+        return kind(value)
+
     def size(self, x, padded=True):
         if not isinstance(x, torch.SymInt):
             return x

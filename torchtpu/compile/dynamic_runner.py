@@ -196,8 +196,8 @@ class DynamicCalls:
                 outputs.append(args[ref])
             elif kind == "view":
                 outputs.append(None)  # after the tensors it views (below)
-            elif kind == "symint":
-                outputs.append(shapes.size(ref, padded=False))
+            elif kind == "symbolic":
+                outputs.append(shapes.host_value(ref))
             else:
                 outputs.append(ref)
         output_views.fill(outputs, exe.arg_sources, args)
@@ -234,8 +234,8 @@ class DynamicCalls:
             elif isinstance(meta, torch.Tensor):
                 exe.arg_sources.append(("fresh", meta))
                 fresh_values.append(i)
-            elif isinstance(meta, torch.SymInt):
-                exe.arg_sources.append(("symint", meta))
+            elif isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                exe.arg_sources.append(("symbolic", meta))
             else:
                 exe.arg_sources.append(("value", None if isinstance(node, torch.fx.Node) else node))
         table = []
