@@ -115,6 +115,8 @@ def test_topk_nan_and_options():
     x[2, 1] = inf
     check(lambda a: (a.topk(3), a.topk(3, largest=False), a.topk(8)), x, equal_nan=True)
     check(lambda a: (a.topk(2, 0), a.topk(0, 1), noncontig(a).topk(2, 1, largest=False)), distinct((3, 8)))
+    # a 0-dim input comes back whole, for k = 0 too (crashed in a reshape)
+    check(lambda a: (a.topk(0), a.topk(1, largest=False)), torch.tensor(1.5))
 
 
 def test_topk_unsorted_and_ties():

@@ -110,6 +110,8 @@ def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
     # Ties come out in input order (the CPU's order for ties depends on its
     # partial-sort internals); sorted=False may return any order, sorted is one.
     reject("topk", self.dtype, ("bool", "complex"), RuntimeError)
+    if self.ndim == 0:  # ATen returns the scalar itself, for k = 0 too
+        return self, jnp.zeros((), jnp.int64)
     x, axis = _to_last(self, dim)
     values, indices = _sort_last(x, descending=largest)
     values, indices = values[..., :k], indices[..., :k]
