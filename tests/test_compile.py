@@ -570,6 +570,22 @@ def test_dynamic_slice_of_merged_rows_is_not_padded():
         assert_close(g(x.to("tpu")), f(x), **TOL)
 
 
+@pytest.mark.parametrize("case", ["own_elements", "non_contiguous", "outside_the_view"])
+def test_as_strided_of_an_intermediate(case):
+    # A graph has only the value of an intermediate, not its storage: an
+    # as_strided that reads its own contiguous elements compiles, the others
+    # (which crashed) run op by op on the real storage.
+    fns = {
+        "own_elements": lambda x: (x * 2).as_strided((2, 2), (1, 2), 1),
+        "non_contiguous": lambda x: torch.rot90(x, -1, [0, 1]).as_strided((2, 2), (1, 2)),
+        "outside_the_view": lambda x: x.view(-1)[2:].as_strided((3,), (1,), 0) + 1,
+    }
+    f = fns[case]
+    x = torch.arange(6.0).reshape(3, 2)
+    assert_close(torch.compile(f, backend="tpu")(x.to("tpu")), f(x))
+    assert _graph_stats()["eager_fallback_graphs"] == (case != "own_elements")
+
+
 def test_dynamic_symbolic_outputs_are_their_true_values():
     # A size comparison returned by a graph (dynamo breaks at
     # `sdpa(is_causal=q.shape[2] > 1)` and returns the SymBool) came back None.

@@ -82,12 +82,13 @@ def lower(*targets, static=(), random=False, traced=(), meta=None, accepts=None)
     return deco
 
 
-def lower_view(*targets, random=False):
+def lower_view(*targets, random=False, accepts=None):
     """Register `fn` as the graph lowering of these overloads (views, and
-    ops eager mode runs as composites)."""
+    ops eager mode runs as composites).  accepts: as for `lower` (a graph
+    with a call it rejects runs op by op)."""
 
     def deco(fn):
-        entry = Lowering(fn, random=random)
+        entry = Lowering(fn, random=random, accepts=accepts)
         for target in targets:
             for op in _overloads(target):
                 VIEW_LOWERINGS.setdefault(op, entry)

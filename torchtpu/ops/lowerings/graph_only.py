@@ -129,11 +129,22 @@ def split(ctx, x, *rest):
     return pieces
 
 
-@lower_view(aten.as_strided, aten.as_strided_copy)
+def _as_strided_within_value(x, size, stride, storage_offset=None):
+    """Whether the view reads only `x`'s own elements, laid out contiguously:
+    all a graph has of it.  Others (a non-contiguous value, or elements of
+    the tensor it is a view of) run op by op, on the real storage."""
+    if not x.is_contiguous():
+        return False
+    if any(n == 0 for n in size):
+        return True
+    start = (storage_offset if storage_offset is not None else x.storage_offset()) - x.storage_offset()
+    last = start + sum((n - 1) * abs(s) for n, s in zip(size, stride))
+    return bool(start >= 0 and last < x.numel())
+
+
+@lower_view(aten.as_strided, aten.as_strided_copy, accepts=_as_strided_within_value)
 def as_strided(ctx, x, size, stride, storage_offset=None):
     base = ctx.meta_args[0]
-    if not base.is_contiguous():
-        raise NotImplementedError("as_strided of a non-contiguous intermediate in a compiled graph")
     offset = (storage_offset if storage_offset is not None else base.storage_offset()) - base.storage_offset()
     return plans.read_view(x.reshape(-1), tuple(size), tuple(stride), offset, x.dtype)
 
