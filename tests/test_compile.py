@@ -890,6 +890,8 @@ _GRAPH_EDGE_CASES = {
     "complex and polar": lambda x: torch.view_as_real(torch.complex(x, x * 2) * torch.polar(x.abs(), x)),
     "conj": lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(3, 2)).conj() * 2),
     "bucketize": lambda x: torch.bucketize(x, torch.tensor([-1.0, 0.0, 1.0]).to(x.device), right=True),
+    "ldexp": lambda x: torch.ldexp(x, torch.tensor([1, -2, 30]).to(x.device)),
+    "complex addcmul_ (prims.fma)": lambda x: torch.view_as_real(torch.complex(x, -x).addcmul_(torch.complex(x, x), x, value=0.5)),
 }
 
 
