@@ -134,3 +134,19 @@ def test_fuzzer_found_error_parity(name, fn):
     assert (cpu is None) == (tpu is None), (cpu, tpu)
     if cpu is not None:
         assert tpu[0] is cpu[0] and tpu[1].startswith(cpu[1][:40]), (cpu, tpu)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda g: torch.empty((), dtype=torch.int64).random_(generator=g),  # (DataLoader's shuffle seed)
+     lambda g: torch.empty(3).uniform_(generator=g),
+     lambda g: torch.randperm(5, generator=g),
+     lambda g: torch.randn(3, generator=g),
+     lambda g: torch.multinomial(torch.ones(3), 2, generator=g)],
+)  # fmt: skip
+def test_tpu_generator_for_a_cpu_op_raises_cudas_error(fn):
+    # (a bare KeyError, or a mixed-devices message, before)
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'tpu'"):
+        fn(torch.Generator("tpu"))
+    g = torch.Generator("tpu").manual_seed(3)
+    assert torch.randn(3, generator=g, device="tpu").device.type == "tpu"

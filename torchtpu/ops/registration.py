@@ -78,6 +78,7 @@ def slow_path(name: str, overload: str, args, kwargs):
     from . import dispatch, fallback, special
 
     op = resolve(name, overload)
+    _check_generator_device(args, kwargs)
     transfer_kernel = _TRANSFER_KERNELS.get(name[len("aten::"):]) if name.startswith("aten::") else None
     if transfer_kernel is not None:
         from . import transfer
@@ -95,6 +96,21 @@ def slow_path(name: str, overload: str, args, kwargs):
         except dispatch.Unsupported:
             pass
     return fallback.handle(op, args, kwargs), None
+
+
+def _check_generator_device(args, kwargs):
+    """A tpu generator brings a call here even when the op works on the CPU
+    (`torch.randperm(5, generator=torch.Generator("tpu"))`); raise CUDA's
+    error for its generators rather than run a CPU op on the tpu."""
+    values = list(args) + list(kwargs.values())
+    generator = next((v for v in values if isinstance(v, torch.Generator)), None)
+    if generator is None or generator.device.type != "tpu":
+        return
+    flat = [x for v in values for x in (v if isinstance(v, (list, tuple)) else (v,))]
+    device = kwargs.get("device")
+    on_tpu = any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in flat)
+    if not on_tpu and (device is None or torch.device(device).type != "tpu"):
+        raise RuntimeError("Expected a 'cpu' device type for generator but found 'tpu'")
 
 
 def _is_composite_implicit(op) -> bool:
