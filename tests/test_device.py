@@ -156,6 +156,16 @@ def test_sparse_tensors_raise_a_clear_error():
         loss.backward()
     with pytest.raises(NotImplementedError, match="_sparse_coo_tensor_with_dims_and_tensors"):
         torch.eye(3).to_sparse().to("tpu")
+    # compressed layouts too (these built a tensor no op could use)
+    for make in (
+        lambda: torch.eye(3, device="tpu").to_sparse_csr(),
+        lambda: torch.eye(4, device="tpu").to_sparse_bsr((2, 2)),
+        lambda: torch.eye(3).to_sparse_csr().to("tpu"),
+        lambda: torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.tensor([1.0, 2.0]),
+                                        (2, 2), device="tpu"),
+    ):
+        with pytest.raises(NotImplementedError, match="sparse tensors are not supported on the tpu device"):
+            make()
     dense = torch.nn.Embedding(10, 3).to("tpu")
     dense(torch.tensor([1, 2, 2], device="tpu")).sum().backward()
     assert torch.equal(dense.weight.grad.cpu()[2], torch.full((3,), 2.0))

@@ -10,8 +10,9 @@ import warnings
 from collections import Counter
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
+from . import sparse_layouts
 from .dispatch import device_mismatch
 from .schema import schema_of
 
@@ -136,6 +137,8 @@ def run_on_cpu(op, args, kwargs):
 
     cpu_args, cpu_kwargs = tree_map(to_cpu, (args, kwargs))
     result = op(*cpu_args, **cpu_kwargs)
+    if any(isinstance(r, torch.Tensor) and r.layout != torch.strided for r in tree_flatten(result)[0]):
+        sparse_layouts.unsupported(op)  # (`to_sparse_csr()` of a tpu tensor)
 
     sch = schema_of(op)
     values = sch.normalize(args, kwargs)
