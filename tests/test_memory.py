@@ -97,6 +97,15 @@ def test_memory_stats_has_cudas_key_set():
     del x
 
 
+def test_memory_api_rejects_a_device_that_does_not_exist():
+    # (read as an empty device before; CUDA's allocator raises too)
+    count = torch.tpu.device_count()
+    for query in (torch.tpu.memory_allocated, torch.tpu.memory_reserved, torch.tpu.memory_stats):
+        with pytest.raises(RuntimeError, match=f"Invalid device argument {count}"):
+            query(count)
+        query(count - 1)
+
+
 def test_accelerator_api_agrees():
     x = torch.ones(3 * MiB // 4, device=TPU)
     assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated() >= 3 * MiB

@@ -63,9 +63,15 @@ memory = sys.modules[__name__]
 
 
 def _index(device) -> int:
+    """The device's index, checked (CUDA's allocator rejects an index it
+    has no device for; ours read as an empty device)."""
     from .device import _index as index
 
-    return index(device)
+    i = index(device)
+    count = _C._device_count()
+    if not 0 <= i < count:
+        raise RuntimeError(f"Invalid device argument {i}: torchtpu has {count} tpu device(s)")
+    return i
 
 
 # ------------------------------------------------------------ capacity
