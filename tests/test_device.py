@@ -237,6 +237,19 @@ def test_current_device_context():
     assert torch.tpu.current_device() == 0
 
 
+def test_cuda_names_code_calls_unconditionally():
+    assert torch.tpu.OutOfMemoryError is torch.OutOfMemoryError
+    torch.tpu.init()
+    with torch.tpu.device_of(torch.ones(1, device="tpu:1")):
+        assert torch.tpu.current_device() == 1
+    with torch.tpu.device_of(torch.ones(1)):  # (a CPU tensor: no change)
+        assert torch.tpu.current_device() == 0
+    assert torch.tpu.current_device() == 0
+    assert torch.tpu.can_device_access_peer(0, 1) is False
+    assert torch.tpu.is_current_stream_capturing() is False
+    torch.tpu.ipc_collect()
+
+
 def test_synchronize_and_memory_basics():
     before = torch.tpu.memory_allocated()
     x = torch.ones(1024, 1024, device="tpu")

@@ -290,6 +290,40 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
 
 
+# torch.cuda names that code written for CUDA calls unconditionally.
+OutOfMemoryError = torch.OutOfMemoryError
+
+
+def init() -> None:
+    """Initialise the device now (it otherwise starts on first use)."""
+    _lazy_init()
+
+
+class device_of(device):
+    """Context manager: the current device becomes `obj`'s (a no-op for a
+    CPU tensor), as torch.cuda.device_of."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "tpu" else -1)
+
+
+def can_device_access_peer(device: int, peer_device: int) -> bool:
+    """Whether `device` reads `peer_device`'s memory directly: tpu-to-tpu
+    copies go through XLA's transfers, never a peer mapping."""
+    _index(device), _index(peer_device)
+    return False
+
+
+def ipc_collect() -> None:
+    """No interprocess tpu memory to collect (tensors are not shared across
+    processes)."""
+
+
+def is_current_stream_capturing() -> bool:
+    """Always False: there are no tpu graphs being captured."""
+    return False
+
+
 # torch.serialization looks for `_utils._get_device_index` on a backend's
 # device module to map "tpu" (no index) to the current device, as for CUDA.
 from . import _utils  # noqa: E402,F401
