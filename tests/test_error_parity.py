@@ -150,3 +150,21 @@ def test_tpu_generator_for_a_cpu_op_raises_cudas_error(fn):
         fn(torch.Generator("tpu"))
     g = torch.Generator("tpu").manual_seed(3)
     assert torch.randn(3, generator=g, device="tpu").device.type == "tpu"
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.linalg.inv, torch.linalg.cholesky, lambda a: torch.linalg.solve(a, torch.ones(2, 3, 1, device=a.device))],
+)
+def test_linalg_errors_are_raised_at_the_call_like_cuda(fn):
+    # `try: inv(A) except LinAlgError: ...` works (the error surfaced at the
+    # next synchronization, from an unrelated op)
+    def message(device):
+        a = torch.zeros(2, 3, 3, device=device)
+        a[0] = torch.eye(3)
+        with pytest.raises(torch.linalg.LinAlgError) as info:
+            fn(a)
+        return str(info.value)
+
+    assert message("tpu") == message("cpu")
+    assert torch.ones(2, device="tpu").sum().item() == 2.0  # (nothing left pending)

@@ -7,9 +7,10 @@ everything else is composed from them, as ATen composes its LAPACK calls:
 - `info` outputs (LAPACK's error codes) are computed from the factors: the
   first zero pivot of U (LU), the first non-positive pivot of the leading
   minors (Cholesky), so `*_ex` ops report failures exactly as on CPU.
-- `check_errors=True` (and `_linalg_check_errors`, which the non-`_ex` ops
-  call) become device-side checks: the LinAlgError is raised at the next
-  synchronisation, like a CUDA device-side assert.
+- `_linalg_check_errors`, which the non-`_ex` ops call, reads `info` on
+  the host and raises at the call, as CUDA does; `check_errors=True` (and
+  the check inside compiled graphs) become device-side checks, raised at
+  the next synchronisation like a CUDA device-side assert.
 - Pivots follow LAPACK (1-based row interchanges, int32).  Where ATen factors
   A^T instead of A (`det`, `slogdet` of a contiguous real A) we do the same,
   because the backward formulas read those factors.
@@ -584,5 +585,14 @@ def _check_info(ctx, info, api_name, is_matrix):
 
 @lower(aten._linalg_check_errors)
 def linalg_check_errors(ctx, info, api_name, is_matrix):
+    """Inside compiled graphs: a device-side check."""
     _check_info(ctx, info, api_name, is_matrix)
     return ()
+
+
+@special(aten._linalg_check_errors.default)
+def linalg_check_errors_now(info, api_name, *, is_matrix):
+    """Eager `torch.linalg.inv` & co. raise at the call, as on CUDA (whose
+    check reads `info` on the host): `try: inv(A) except LinAlgError` is a
+    common pattern.  The `_ex` variants stay asynchronous."""
+    torch.ops.aten._linalg_check_errors(info.cpu(), api_name, is_matrix=is_matrix)
