@@ -727,6 +727,11 @@ _PADDED_CASES = {
     "chunk": lambda x: x.chunk(2, -1)[1] * 2,
     "chunk returned as a view": lambda x: x.chunk(2, -1)[1],
     "split with a size": lambda x: torch.split(x, [2, x.shape[-1] - 2], -1)[1] * 2,
+    # where a slice ends along the padded dim (found by model probes: the
+    # slice kept all the padded size's real elements)
+    "slice to a size": lambda x: x[:, : x.shape[1] - 1].sum(1),
+    "slice to half the size": lambda x: x[:, : x.shape[1] // 2] * 2,
+    "narrow to half the size": lambda x: x.narrow(1, 0, x.shape[1] // 2).sum(1),
     # pieces of a list: cat along the padded dim goes piece after piece
     "cat along the padded dim": lambda x: torch.cat([x, x * 2, x[..., :1]], -1) + 1,
     "cat across it": lambda x: torch.cat([x, x * 2], 0).softmax(-1),

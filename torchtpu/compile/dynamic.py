@@ -461,6 +461,14 @@ POSITION_ARGS = {
     aten.as_strided.default: (3,),
 }  # fmt: skip
 
+# Where a slice ends (narrow: its length), at this argument: along a padded
+# dim, the slice's mask is the input's mask sliced, which counts the padded
+# size's real elements, not the true end's (x[:, :n - 1] would keep all n
+# real ones), so a symbolic end there is kept exact -- unless it is the dim's
+# whole size (x[:, :n]).  Along a dim that is not padded a symbolic end is
+# a length like any other size.
+END_ARGS = {aten.slice.Tensor: 3, aten.narrow.default: 3, aten.slice_scatter.default: 4}
+
 
 class MaskRules:
     """Applies the masking rule of one node: returns (inputs to give the
@@ -536,7 +544,7 @@ class MaskRules:
         raise Unpaddable(f"no padding rule for {op} on padded data", self.shapes.padded_symbols(masked))
 
     def _check_positions(self, op, in_metas):
-        symbols = set()
+        symbols = self._padded_dim_end(op, in_metas)
         for i in POSITION_ARGS.get(op, ()):
             arg = in_metas[i] if i < len(in_metas) else None
             for v in arg if isinstance(arg, (list, tuple)) else (arg,):
@@ -544,6 +552,17 @@ class MaskRules:
                     symbols |= _expr(v).free_symbols & self.shapes.bucketed
         if symbols:
             raise Unpaddable(f"{op} at a position computed from a padded size", symbols)
+
+    def _padded_dim_end(self, op, in_metas):
+        """The bucketed symbols of a slice's end along a padded dim (END_ARGS)."""
+        i = END_ARGS.get(op)
+        if i is None or i >= len(in_metas) or not isinstance(in_metas[i], torch.SymInt):
+            return set()
+        meta, dim = in_metas[0], in_metas[i - 2] if in_metas[i - 2] is not None else 0
+        size = meta.shape[dim % max(meta.dim(), 1)]
+        if not self.shapes.is_padded_dim(size) or _expr(in_metas[i]) == _expr(size):
+            return set()
+        return _expr(in_metas[i]).free_symbols & self.shapes.bucketed
 
     def _tensor_list(self, op, values, masks, in_metas, out_meta, fn, ctx):
         """cat and stack of padded values (other ops taking a list of
