@@ -917,6 +917,20 @@ def test_graph_edge_cases_compile_whole_and_match_cpu(name):
     assert _graph_stats()["eager_fallback_graphs"] == 0
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_cumsum_backward_of_its_last_column(dynamic):
+    # cumsum's backward (flip, cumsum, flip) of a slice_scatter covering the
+    # whole tensor: XLA:CPU aborted the process while compiling it.
+    f = lambda x: x.cumsum(1)[:, -1]
+    compiled = torch.compile(f, backend="tpu", dynamic=dynamic)
+    x = torch.randn(3, 5)
+    xt = x.to("tpu").requires_grad_()
+    compiled(xt).sum().backward()
+    xc = x.clone().requires_grad_()
+    f(xc).sum().backward()
+    assert_close(xt.grad, xc.grad)
+
+
 def test_masked_assignment_of_rows_checks_their_count():
     def f(x, mask, rows):
         h = x.clone()

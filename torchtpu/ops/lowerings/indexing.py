@@ -449,7 +449,8 @@ def _masked_put(ctx, self, indices, values, accumulate):
         values = values.reshape(values.shape[1:])
     where = mask.reshape(mask.shape + (1,) * len(rest))
     if accumulate:
-        return _accumulate(self.at[...], jnp.where(where, values, jnp.zeros((), self.dtype)))
+        added = jnp.where(where, values, jnp.zeros((), self.dtype))
+        return jnp.maximum(self, added) if self.dtype == jnp.bool_ else self + added  # (_accumulate, scatter-free)
     return jnp.where(where, values, self)
 
 

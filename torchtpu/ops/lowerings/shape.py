@@ -230,7 +230,12 @@ def slice_scatter(ctx, self, src, dim=0, start=None, end=None, step=1):
     start, end, step = _slice_bounds(self.shape[dim], start, end, step)
     if start >= end:
         return self
-    return self.at[(slice(None),) * dim + (slice(start, end, step),)].set(src.astype(self.dtype))
+    src = src.astype(self.dtype)
+    if step == 1:
+        # (not a scatter: XLA:CPU aborted the process on a scatter covering
+        # all of self followed by reverse + cumsum -- cumsum's backward)
+        return lax.dynamic_update_slice_in_dim(self, src, start, axis=dim)
+    return self.at[(slice(None),) * dim + (slice(start, end, step),)].set(src)
 
 
 def _positions(sizes, strides, offset):
