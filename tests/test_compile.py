@@ -329,6 +329,27 @@ def test_multilabel_margin_loss_matches_cpu_despite_upstreams_decomposition(redu
     assert _graph_stats()["eager_fallback_graphs"] == 0
 
 
+def test_returned_cpu_copies_compile_whole():
+    # `lengths.cpu()` for pack_padded_sequence, a metric's `.cpu()`: the
+    # graph ran op by op ("produces a tensor on cpu").
+    def f(x, lengths):
+        h = (x * 2).relu()
+        return h.sum(1), lengths.cpu(), h.mean().cpu(), (x * 3).t().cpu()
+
+    compiled = torch.compile(f, backend="tpu")
+    for _ in range(2):
+        x, lengths = torch.randn(3, 4), torch.tensor([3, 1, 2])
+        xt = x.to("tpu").requires_grad_()
+        got, want = compiled(xt, lengths.to("tpu")), f(x, lengths)
+        for g, w in zip(got, want):
+            assert g.device == (torch.device("tpu", 0) if w is want[0] else w.device)
+            assert g.dtype == w.dtype and g.stride() == w.stride()
+            torch.testing.assert_close(g.cpu(), w)
+        got[3].sum().backward()  # (through the copy: x * 3)
+        assert_close(xt.grad, torch.full((3, 4), 3.0))
+    assert _graph_stats()["eager_fallback_graphs"] == 0
+
+
 def _cond_model(linear):
     return lambda x: torch.cond(x.sum() > 0, lambda x: linear(x).sin(), lambda x: linear(x).cos() * 2, (x,))
 

@@ -68,6 +68,10 @@ class GraphLowering:
         self.external_lowerings = False  # registered outside torchtpu (not cached on disk)
         self.constants = {}  # get_attr node -> host array (a tensor literal in the model's code)
         self.subgraphs = {}  # get_attr node -> GraphLowering (torch.cond branches, while_loop bodies)
+        # Returned `.cpu()` copies of device values (`lengths.cpu()` for
+        # pack_padded_sequence, a metric): computed here, copied to the host
+        # after the call.
+        self.host_outputs = set()
         # CPU values computed from constants or CPU inputs only
         # (`torch.tensor([..]).to(x.device)` lifts a CPU copy first; a plain
         # tensor attribute of the model, such as class weights, is a CPU
@@ -117,6 +121,15 @@ class GraphLowering:
         """Whether dynamo made some sizes symbolic (dynamic=True, mark_dynamic)."""
         return any(_has_symbols(_meta(p)) for p in self.placeholders)
 
+    def _is_returned_host_copy(self, node, host_only):
+        """A `_to_copy` of a device value to the CPU that only the graph's
+        output uses (not under dynamic shapes: its runner pads outputs)."""
+        if node.target is not aten._to_copy.default or host_only or not _moves_device(node):
+            return False
+        if _meta(node).device.type != "cpu" or self.symbolic:
+            return False
+        return all(user is self.output_node for user in node.users)
+
     def _check(self, node):
         target = node.target
         if target is operator.getitem or target in SYMBOLIC_OPS or target in SIZE_QUERIES:
@@ -138,6 +151,10 @@ class GraphLowering:
         inputs = []
         map_arg((node_args, node_kwargs), inputs.append)
         host_only = all(n in self.from_constants for n in inputs)
+        if self._is_returned_host_copy(node, host_only):
+            self.host_outputs.add(node)
+            self.ops.append(target)
+            return
         for val in _flat_meta(_meta(node)):
             if not _is_tpu_or_scalar(val):
                 if not host_only:

@@ -20,6 +20,7 @@ from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
 from ..ops.dispatch import Call
+from ..ops.transfer import to_host
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from ..runtime.gc_pause import gc_paused
@@ -31,7 +32,8 @@ log = logging.getLogger("torchtpu.compile")
 
 
 class _Executable:
-    __slots__ = ("jitted", "donated", "input_slots", "fresh", "writes", "sigs", "checks", "arg_sources", "host_writes")
+    __slots__ = ("jitted", "donated", "input_slots", "fresh", "writes", "sigs", "checks", "arg_sources", "host_writes",
+                 "host_outputs")
 
 
 class _FastCall:
@@ -131,9 +133,13 @@ class CompiledGraph(DynamicCalls):
             results = tuple(results)
         fresh = _C._bind_fresh(exe.fresh, call.device, results, exe.sigs)
         n_fresh = len(fresh)
+        host_outputs = []
         for (kind, ref), result, sig in zip(exe.writes[n_fresh:], results[n_fresh:], exe.sigs[n_fresh:]):
             if kind == "host":
                 write_back(args[ref], result)
+                continue
+            if kind == "host output":
+                host_outputs.append(_host_tensor(result, exe.host_outputs[ref]))
                 continue
             address = call.addresses[ref]
             if address and result is not None:
@@ -142,6 +148,8 @@ class CompiledGraph(DynamicCalls):
         for kind, ref in exe.arg_sources:
             if kind == "fresh":
                 outputs.append(fresh[ref])
+            elif kind == "host":
+                outputs.append(host_outputs[ref])
             elif kind == "input":
                 outputs.append(args[ref])
             elif kind == "view":
@@ -170,10 +178,15 @@ class CompiledGraph(DynamicCalls):
         # tensor value goes to a fresh storage with ATen's strides.
         exe.fresh = []
         exe.arg_sources = []
-        fresh_values = []
+        exe.host_outputs = []  # metadata of each returned `.cpu()` copy
+        fresh_values, host_values = [], []
         for i, (node, meta) in enumerate(zip(self.out_nodes, self.out_meta)):
             view = output_views.returned_view(node, graph.placeholders, self.out_nodes)
-            if isinstance(node, torch.fx.Node) and node in placeholders:
+            if isinstance(node, torch.fx.Node) and node in graph.host_outputs:
+                exe.arg_sources.append(("host", len(exe.host_outputs)))
+                exe.host_outputs.append(meta)
+                host_values.append(i)
+            elif isinstance(node, torch.fx.Node) and node in placeholders:
                 exe.arg_sources.append(("input", placeholders[node]))
             elif view is not None:
                 exe.arg_sources.append(("view", view))
@@ -217,6 +230,7 @@ class CompiledGraph(DynamicCalls):
                 slots[slot] = plans.write_view(slots.get(slot), nbytes, sizes, strides, offset, value)
             results.extend(slots[s] for s in written_slots)
             results.extend(mutations[index] for index in exe.host_writes)
+            results.extend(outputs[i] for i in host_values)
             if graph.checks:
                 table[:] = [(message, error, op) for _, _, message, error, op in graph.checks]
                 results.append(checks.check_code([c[:4] for c in graph.checks]))
@@ -245,6 +259,7 @@ class CompiledGraph(DynamicCalls):
         exe.donated = frozenset(usable)
         exe.writes = [("fresh", k) for k in range(len(exe.fresh))] + [("slot", s) for s in written_slots]
         exe.writes += [("host", index) for index in exe.host_writes]
+        exe.writes += [("host output", k) for k in range(len(exe.host_outputs))]
         exe.checks = tuple(table) if table else None
         exe.sigs = [boxes.signature(shape, np.dtype(dtype)) for shape, dtype in out_avals]
         self.executables[key] = exe
@@ -328,3 +343,12 @@ def _diff(old, new):
         return f"{len(new)} inputs instead of {len(old)}"
     changes = [f"input {i - 2}: {a} -> {b}" for i, (a, b) in enumerate(zip(old, new)) if a != b]
     return "; ".join(changes[:3]) or "same signature"
+
+
+def _host_tensor(value, meta):
+    """A returned `.cpu()` copy: the device value on the host, with ATen's
+    strides for it."""
+    out = to_host(value).reshape(meta.shape)
+    if out.stride() != meta.stride() and out.numel() > 1:
+        out = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype).copy_(out)
+    return out
