@@ -779,6 +779,28 @@ def test_dynamic_shapes_padding_rules(name):
             assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-4)
 
 
+def test_dynamic_causal_mask_buffer_gradients():
+    # nanoGPT's causal mask: a (16, 16) buffer sliced to [:T, :T]; the saved
+    # mask was bound at the padded row length, so the gradient read it
+    # shifted (the loss was right, every gradient before the attention wrong).
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mask", torch.tril(torch.ones(16, 16)))
+
+        def forward(self, x):
+            n = x.shape[1]
+            return x.masked_fill(self.mask[:n, :n] == 0, -1e9).softmax(-1)
+
+    compiled = torch.compile(Masked().to("tpu"), backend="tpu", dynamic=True)
+    for n in (5, 6, 7):
+        x, w = torch.randn(2, n, n), torch.randn(2, n, n)
+        xt, xc = x.to("tpu").requires_grad_(), x.clone().requires_grad_()
+        (compiled(xt) * w.to("tpu")).sum().backward()
+        (Masked()(xc) * w).sum().backward()
+        assert_close(xt.grad, xc.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_dynamic_kv_cache_grows_with_bucketed_compilations():
     """A decode loop appending to a cache with cat along the padded length:
     right values at every length, one executable per bucket."""

@@ -131,12 +131,12 @@ class Shapes:
                         found |= _expr(n).free_symbols & self.bucketed
         return found
 
-    def prefix_mask(self, meta):
+    def prefix_mask(self, meta, dims=None):
         """Validity of a graph input or a fresh value (None if it has no
-        padded dim): each padded dim holds its real elements first -- a
-        merged dim (B*T) per factor, in the layout merged_layouts found;
-        Unpaddable for a merged dim with none."""
-        dims = self.padded_dims(meta)
+        padded dim): each padded dim (or those of `dims`) holds its real
+        elements first -- a merged dim (B*T) per factor, in the layout
+        merged_layouts found; Unpaddable for a merged dim with none."""
+        dims = self.padded_dims(meta) if dims is None else dims
         if not dims:
             return None
         shape = self.shape(meta.shape)
@@ -509,6 +509,8 @@ class MaskRules:
             mask = lowering_fn(ctx, _full(masks[0], jnp.shape(x)), *values[1:])
             if op == aten.unfold.default:  # a window is real only if all its elements are
                 mask = jnp.all(mask, axis=-1, keepdims=True)
+            if op in (aten.slice.Tensor, aten.narrow.default):
+                mask = self._sliced_to_a_padded_size(mask, values, in_metas, out_meta)
             return result, list(mask) if isinstance(mask, (tuple, list)) else [mask]
         if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE:
             return self._reduction(op, values, masks, lowering_fn, ctx)
@@ -552,6 +554,18 @@ class MaskRules:
                     symbols |= _expr(v).free_symbols & self.shapes.bucketed
         if symbols:
             raise Unpaddable(f"{op} at a position computed from a padded size", symbols)
+
+    def _sliced_to_a_padded_size(self, mask, values, in_metas, out_meta):
+        """A dim that is not padded, sliced to a padded size (a static
+        buffer's `causal_mask[:T, :T]`, the buffer padded along its other
+        dim): the slice's positions past the true size are padding, though
+        the input's mask says they are real."""
+        meta, out = in_metas[0], out_meta[0]
+        dim = values[1] % max(meta.dim(), 1)
+        if self.shapes.is_padded_dim(meta.shape[dim]) or not self.shapes.is_padded_dim(out.shape[dim]):
+            return mask
+        shape = self.shapes.shape(out.shape)
+        return _full(mask, shape) & self.shapes.prefix_mask(out, dims=[dim])
 
     def _padded_dim_end(self, op, in_metas):
         """The bucketed symbols of a slice's end along a padded dim (END_ARGS)."""
