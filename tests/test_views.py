@@ -235,3 +235,117 @@ def test_zero_size_tensors():
     assert x.cpu().shape == (0, 3)
     y = torch.zeros(4, 0, device=TPU).t()
     assert y.shape == (0, 4) and y.cpu().numel() == 0
+
+
+# ------------------------------------------- view(dtype) with complex dtypes
+
+_VIEW_DTYPES = [
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+    torch.bool, torch.complex64, torch.complex128,
+]
+
+
+def _bits(t):
+    """The bytes of `t` as integers (bit-exact comparison, NaN payloads too)."""
+    t = t.cpu()
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    if t.dtype.is_complex:
+        t = torch.view_as_real(t)
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.contiguous().view(width[t.element_size()])
+
+
+def _raw_bytes(rows, cols):
+    """Random bytes with float specials planted: f32 subnormal, quiet NaN with
+    a payload, signalling NaN, f64 subnormal and NaN payload, f16 subnormal/inf."""
+    g = torch.Generator().manual_seed(3)
+    raw = torch.randint(0, 256, (rows, cols), dtype=torch.uint8, generator=g)
+    planted = [
+        (0, [1, 0, 0, 0]), (4, [0x34, 0x12, 0xC0, 0x7F]), (8, [1, 0, 0x80, 0x7F]),
+        (16, [1, 0, 0, 0, 0, 0, 0, 0]), (24, [1, 0, 0, 0, 0, 0, 0xF0, 0x7F]),
+        (32, [1, 0]), (34, [1, 0x7C]),
+    ]
+    for at, values in planted:
+        raw[0, at:at + len(values)] = torch.tensor(values, dtype=torch.uint8)
+    return raw
+
+
+@pytest.mark.parametrize(
+    "src,dst",
+    [(a, b) for a in _VIEW_DTYPES for b in _VIEW_DTYPES
+     if a != torch.bool and (a.is_complex or b.is_complex)],
+    ids=str,
+)
+def test_view_dtype_complex_bit_exact(src, dst):
+    # complex64 <-> 8-byte reals and complex128 -> complex64 used to raise
+    # "bitcast between ... of the same width".
+    x = _raw_bytes(2, 64).view(src)
+    ref = x.view(dst)
+    y = x.to(TPU).view(dst)
+    assert _meta(y) == _meta(ref)
+    if dst == torch.bool:
+        assert torch.equal(y.cpu(), ref.view(torch.uint8) != 0)
+    else:
+        assert torch.equal(_bits(y), _bits(ref))
+        assert torch.equal(_bits(y.clone()), _bits(ref))
+    assert torch.equal(_bits(y.view(src)), _bits(x))
+    # the whole storage written through the view keeps every bit
+    z = torch.zeros_like(x, device=TPU)
+    z.view(dst).copy_(ref.to(TPU))
+    if dst != torch.bool:
+        assert torch.equal(_bits(z), _bits(x))
+
+
+@pytest.mark.parametrize("src", [torch.float64, torch.int64, torch.uint64, torch.complex128])
+def test_view_dtype_complex64_of_8_byte_writes(src):
+    # Values of normal floats (XLA:CPU flushes subnormals in arithmetic).
+    def make():
+        return torch.randn(4, 6, dtype=torch.complex64, generator=torch.Generator().manual_seed(0)).view(src)
+
+    def program(x):
+        v = x.view(torch.complex64)
+        v[0] = 1 + 2j
+        v[1:3, ::2].mul_(2)
+        v[:, 1] = 3 - 1j
+        v[3].imag.zero_()
+        return v
+
+    x_cpu, x_tpu = make(), make().to(TPU)
+    out_cpu, out_tpu = program(x_cpu), program(x_tpu)
+    assert _meta(out_tpu) == _meta(out_cpu)
+    assert torch.equal(_bits(out_tpu), _bits(out_cpu))
+    assert torch.equal(_bits(x_tpu), _bits(x_cpu))
+
+
+@pytest.mark.parametrize("dst", [torch.float64, torch.int64, torch.uint64])
+def test_view_complex64_as_8_byte_writes(dst):
+    def make():
+        return torch.randn(4, 6, dtype=torch.complex64, generator=torch.Generator().manual_seed(1))
+
+    def program(x):
+        v = x.view(dst)
+        v[0] = 7
+        v[1:, ::2] = 3
+        return v
+
+    x_cpu, x_tpu = make(), make().to(TPU)
+    out_cpu, out_tpu = program(x_cpu), program(x_tpu)
+    assert _meta(out_tpu) == _meta(out_cpu)
+    assert torch.equal(_bits(out_tpu), _bits(out_cpu))
+    assert torch.equal(_bits(x_tpu), _bits(x_cpu))
+
+
+def test_view_dtype_complex_zero_dim():
+    for src, dst in [(torch.float64, torch.complex64), (torch.complex64, torch.int64),
+                     (torch.complex64, torch.float64)]:
+        x = torch.tensor(1.5 + 0.25j, dtype=torch.complex64)
+        x = x if src.is_complex else x.view(src)
+        ref = x.view(dst)
+        y = x.to(TPU).view(dst)
+        assert _meta(y) == _meta(ref)
+        assert torch.equal(_bits(y), _bits(ref))
+    with pytest.raises(RuntimeError, match="cannot be 0"):
+        torch.tensor(1j, dtype=torch.complex128, device=TPU).view(torch.complex64)

@@ -49,9 +49,19 @@ def _bitcast_same_width(x, dtype):
         x = x.astype(jnp.uint8)
         if x.dtype == dtype:
             return x
-    if jnp.issubdtype(x.dtype, jnp.complexfloating) or jnp.issubdtype(dtype, jnp.complexfloating):
-        raise NotImplementedError(f"bitcast between {x.dtype} and {dtype} of the same width")
+    dtype = jnp.dtype(dtype)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        # complex64 -> an 8-byte real (complex128 has no 16-byte peer):
+        # the (re, im) float pair is the element's bytes.
+        return lax.bitcast_convert_type(_to_real_pairs(x), dtype)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return _from_real_pairs(lax.bitcast_convert_type(x, _complex_part(dtype)))
     return lax.bitcast_convert_type(x, dtype)
+
+
+def _complex_part(dtype):
+    """The float dtype of a complex dtype's real and imaginary parts."""
+    return jnp.dtype(jnp.float32 if jnp.dtype(dtype) == jnp.complex64 else jnp.float64)
 
 
 def _to_real_pairs(x):
@@ -79,8 +89,7 @@ def bitcast_box(x, dtype):
         x = x.reshape(x.shape[:-2] + (x.shape[-2] * 2,))
         return bitcast_box(x, dtype)
     if jnp.issubdtype(dtype, jnp.complexfloating):
-        part = jnp.dtype(jnp.float32 if dtype == jnp.complex64 else jnp.float64)
-        x = bitcast_box(x, part)
+        x = bitcast_box(x, _complex_part(dtype))
         if x.shape[-1] % 2:
             x = x.reshape(-1)
         x = x.reshape(x.shape[:-1] + (x.shape[-1] // 2, 2))
