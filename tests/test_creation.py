@@ -190,3 +190,117 @@ def test_deterministic_mode_fills_new_tensors_like_cpu():
         assert not model.weight.grad.isnan().any()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+# ------------------------------------------------------------- window functions
+
+_WINDOW_RTOL = {torch.float32: 4e-7, torch.float64: 1e-15, torch.bfloat16: 8e-3, torch.float16: 1e-3}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_kaiser_window(dtype):
+    # ATen's composite kaiser_window calls a DispatchStub: it used to fail
+    # with "DispatchStub: missing kernel for tpu".
+    cases = [(0, True), (1, False), (2, True), (7, True, 5.5), (8, False), (8, True, 0.0),
+             (8, False, 20.0), (7, False, -3.0), (260, False)]  # 260: bf16 rounds 259 up to 260
+    for args in cases:
+        same(lambda d: torch.kaiser_window(*args, dtype=dtype, device=d), rtol=_WINDOW_RTOL[dtype], atol=1e-30)
+
+
+def test_kaiser_window_signatures_and_out():
+    same(lambda d: torch.kaiser_window(8, device=d), rtol=4e-7, atol=1e-30)
+    same(lambda d: torch.kaiser_window(8, periodic=False, device=d), rtol=4e-7, atol=1e-30)
+    same(lambda d: torch.kaiser_window(8, periodic=False, beta=3.0, dtype=torch.float64, device=d),
+         rtol=1e-15, atol=1e-30)
+    for overload, args in [(torch.ops.aten.kaiser_window.out, (8,)),
+                           (torch.ops.aten.kaiser_window.periodic_out, (7, False)),
+                           (torch.ops.aten.kaiser_window.beta_out, (9, True, 4.0))]:
+        for dtype in (torch.float64, torch.bfloat16):
+            def make(d):
+                out = torch.empty(args[0], dtype=dtype, device=d)
+                assert overload(*args, out=out) is out
+                return out
+
+            same(make, rtol=_WINDOW_RTOL[dtype], atol=1e-30)
+
+
+def test_kaiser_window_errors_like_cpu():
+    for kwargs in [dict(window_length=-1), dict(window_length=8, dtype=torch.int64)]:
+        with pytest.raises(RuntimeError) as cpu:
+            torch.kaiser_window(**kwargs)
+        with pytest.raises(RuntimeError) as tpu:
+            torch.kaiser_window(**kwargs, device=TPU)
+        # (the dtype message names the device: cpu there, meta here)
+        assert str(tpu.value).split("TensorOptions")[0] == str(cpu.value).split("TensorOptions")[0]
+
+
+@pytest.mark.parametrize("name", ["hann_window", "hamming_window", "blackman_window", "bartlett_window"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_other_windows(name, dtype):
+    fn = getattr(torch, name)
+    for n, periodic in [(0, True), (1, False), (7, True), (8, False)]:
+        same(lambda d: fn(n, periodic, dtype=dtype, device=d))
+
+
+@pytest.mark.parametrize("name", ["bartlett", "blackman", "cosine", "exponential", "gaussian",
+                                  "general_hamming", "hamming", "hann", "kaiser", "nuttall"])
+def test_signal_windows(name):
+    fn = getattr(torch.signal.windows, name)
+    for n, sym in [(1, True), (7, True), (8, False)]:
+        same(lambda d: fn(n, sym=sym, dtype=torch.float64, device=d))
+
+
+# ------------------------------------------------ FFT input dtype errors
+
+
+def _raises_like_cpu(fn, x):
+    with pytest.raises(Exception) as cpu:
+        fn(x)
+    with pytest.raises(Exception) as tpu:
+        fn(x.to(TPU))
+    assert type(tpu.value) is type(cpu.value)
+    assert str(tpu.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("name", ["rfft", "rfft2", "rfftn", "ihfft", "ihfft2", "ihfftn"])
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_real_input_ffts_reject_complex_like_cpu(name, dtype):
+    # ihfft2/ihfftn used to raise the meta kernel's "Expected cond to be True".
+    fn = getattr(torch.fft, name)
+    _raises_like_cpu(fn, torch.randn(4, 6, dtype=dtype))
+    _raises_like_cpu(lambda x: fn(x, norm="ortho"), torch.randn(4, 6, dtype=dtype))
+
+
+def test_fft_primitives_check_input_dtype_like_cpu():
+    r2c = lambda x: torch.ops.aten._fft_r2c(x, [0], 0, True)  # noqa: E731
+    c2c = lambda x: torch.ops.aten._fft_c2c(x, [0], 0, True)  # noqa: E731
+    c2r = lambda x: torch.ops.aten._fft_c2r(x, [0], 0, 6)  # noqa: E731
+    for dtype in [torch.complex64, torch.int64, torch.bool, torch.float16, torch.bfloat16]:
+        _raises_like_cpu(r2c, torch.ones(4, dtype=dtype))
+    for dtype in [torch.float32, torch.int64, torch.bfloat16]:
+        _raises_like_cpu(c2c, torch.ones(4, dtype=dtype))
+        _raises_like_cpu(c2r, torch.ones(4, dtype=dtype))
+    # valid inputs still run on the device
+    x = torch.randn(4, 6)
+    same(lambda d: torch.fft.ihfft2(x.to(d)))
+    same(lambda d: torch.fft.rfftn(x.to(d), norm="forward"))
+    same(lambda d: torch.fft.irfft(torch.fft.rfft(x.to(d))))
+
+
+def test_fft_out_variants_after_dtype_checks():
+    x = torch.randn(4, 6)
+
+    def make(fn, out_dtype):
+        def run(d):
+            out = torch.empty(0, dtype=out_dtype, device=d)
+            assert fn(x.to(d), out=out) is out
+            return out
+
+        return run
+
+    same(make(torch.fft.rfft2, torch.complex64))
+    same(make(torch.fft.ihfftn, torch.complex64))
+    same(make(torch.fft.fft, torch.complex64))
+    same(make(lambda x, out: torch.fft.irfft(torch.fft.rfft(x), out=out), torch.float32))
+    z = torch.randn(4, 6, dtype=torch.complex64)
+    _raises_like_cpu(lambda x: torch.fft.ihfft2(x, out=torch.empty(0, dtype=torch.complex64, device=x.device)), z)

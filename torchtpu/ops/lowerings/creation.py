@@ -7,11 +7,13 @@ lowerings here are for the factories whose values are computed.
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 import numpy as np
 import torch
 from jax import lax
 
 from ..registry import lower
+from .common import acc_dtype
 
 aten = torch.ops.aten
 
@@ -180,3 +182,42 @@ def tril_indices(ctx, row, col, offset=0, *rest):
 @lower(aten.triu_indices.out)
 def triu_indices(ctx, row, col, offset=0, *rest):
     return jnp.asarray(_tri_indices(row, col, offset, False)).astype(ctx.out_dtype)
+
+
+# ------------------------------------------------------------- kaiser window
+
+def _kaiser_window(dtype, window_length, periodic=True, beta=12.0):
+    """ATen's kaiser_window: arange in the output dtype, then per element (in
+    opmath) i0(beta * sqrt(|1 - ((a - alpha) / alpha)^2|)) / i0(beta) with
+    alpha = (L - 1) / 2, L one longer when periodic (and the last dropped)."""
+    if window_length == 0:
+        return jnp.zeros((0,), dtype)
+    if window_length == 1:
+        return jnp.ones((1,), dtype)
+    length = window_length + 1 if periodic else window_length
+    op = acc_dtype(dtype)
+    a = _iota(length, jnp.float64 if op == jnp.float64 else jnp.float32).astype(dtype).astype(op)
+    # Divisions by traced values, as ATen's (XLA would turn a division by a
+    # constant into a multiplication by its reciprocal, 1 ulp off).
+    alpha, b = lax.optimization_barrier((jnp.asarray((length - 1) / 2.0, op), jnp.asarray(beta, op)))
+    t = (a - alpha) / alpha
+    w = jsp.i0(b * jnp.sqrt(jnp.abs(1 - t * t))) / jsp.i0(b)
+    return w[:window_length].astype(dtype)
+
+
+@lower(aten.kaiser_window.default)
+@lower(aten.kaiser_window.out)
+def kaiser_window(ctx, window_length, *rest):
+    return _kaiser_window(ctx.out_dtype, window_length)
+
+
+@lower(aten.kaiser_window.periodic)
+@lower(aten.kaiser_window.periodic_out)
+def kaiser_window_periodic(ctx, window_length, periodic, *rest):
+    return _kaiser_window(ctx.out_dtype, window_length, periodic)
+
+
+@lower(aten.kaiser_window.beta)
+@lower(aten.kaiser_window.beta_out)
+def kaiser_window_beta(ctx, window_length, periodic, beta, *rest):
+    return _kaiser_window(ctx.out_dtype, window_length, periodic, beta)

@@ -15,6 +15,7 @@ import math
 import jax.numpy as jnp
 import torch
 
+from ..aten_checks import C10_NAMES
 from ..registry import lower
 
 aten = torch.ops.aten
@@ -35,7 +36,31 @@ def _complex(x, out_dtype):
     return x.astype(out_dtype) if x.dtype != out_dtype else x
 
 
-@lower(aten._fft_r2c)
+# ATen's CPU kernels check the input dtype; the meta kernels only
+# `torch._check` it ("Expected cond to be True, but got False").  These run
+# (as `accepts`) before the meta kernel, so a bad call raises CPU's error:
+# `torch.fft.ihfft2(complex)` reaches `_fft_r2c` with its complex input.
+
+
+def _c10(dtype):
+    return C10_NAMES.get(dtype, str(dtype))
+
+
+def _r2c_input(self, *rest, **kwargs):
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f"Only supports floating-point dtypes, but found: {_c10(self.dtype)}")
+    if self.dtype in (torch.float16, torch.bfloat16):
+        raise RuntimeError(f"MKL FFT doesn't support tensors of type: {_c10(self.dtype)}")
+    return True
+
+
+def _complex_input(self, *rest, **kwargs):
+    if not self.dtype.is_complex:
+        raise RuntimeError(f"Only supports complex dtypes, but found: {_c10(self.dtype)}")
+    return True
+
+
+@lower(aten._fft_r2c, accepts=_r2c_input)
 def fft_r2c(ctx, self, dim, normalization, onesided):
     dim = tuple(dim)
     out = ctx.out_dtype
@@ -48,7 +73,7 @@ def fft_r2c(ctx, self, dim, normalization, onesided):
     return _scale(r.astype(out), _sizes(self.shape, dim), normalization)
 
 
-@lower(aten._fft_c2c)
+@lower(aten._fft_c2c, accepts=_complex_input)
 def fft_c2c(ctx, self, dim, normalization, forward):
     dim = tuple(dim)
     if not dim:
@@ -60,7 +85,7 @@ def fft_c2c(ctx, self, dim, normalization, forward):
     return _scale(r.astype(self.dtype), _sizes(self.shape, dim), normalization)
 
 
-@lower(aten._fft_c2r)
+@lower(aten._fft_c2r, accepts=_complex_input)
 def fft_c2r(ctx, self, dim, normalization, last_dim_size):
     dim = tuple(dim)
     shape = ctx.out_shape
