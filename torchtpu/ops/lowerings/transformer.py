@@ -127,6 +127,7 @@ def nested_tensor_from_mask(*args, **kwargs):
     # on with a dispatcher error naming neither the cause nor the fix.
     raise NotImplementedError(
         "torchtpu: nested tensors are not supported on tpu. nn.TransformerEncoder builds one from "
-        "src_key_padding_mask in inference; construct it with enable_nested_tensor=False (same results, "
-        "padded computation)."
+        "src_key_padding_mask in inference; construct it with enable_nested_tensor=False, or set "
+        "`encoder.use_nested_tensor = False` on a built one (nn.Transformer: `model.encoder.use_nested_tensor "
+        "= False`). The padded computation gives the same values at the positions the mask keeps."
     )
