@@ -299,6 +299,15 @@ def test_view_dtype_complex_bit_exact(src, dst):
         assert torch.equal(_bits(z), _bits(x))
 
 
+def _check_bits(program, make):
+    """program on CPU and tpu: same view metadata, same bits out and in."""
+    x_cpu, x_tpu = make(), make().to(TPU)
+    out_cpu, out_tpu = program(x_cpu), program(x_tpu)
+    assert _meta(out_tpu) == _meta(out_cpu)
+    assert torch.equal(_bits(out_tpu), _bits(out_cpu))
+    assert torch.equal(_bits(x_tpu), _bits(x_cpu))
+
+
 @pytest.mark.parametrize("src", [torch.float64, torch.int64, torch.uint64, torch.complex128])
 def test_view_dtype_complex64_of_8_byte_writes(src):
     # Values of normal floats (XLA:CPU flushes subnormals in arithmetic).
@@ -313,11 +322,7 @@ def test_view_dtype_complex64_of_8_byte_writes(src):
         v[3].imag.zero_()
         return v
 
-    x_cpu, x_tpu = make(), make().to(TPU)
-    out_cpu, out_tpu = program(x_cpu), program(x_tpu)
-    assert _meta(out_tpu) == _meta(out_cpu)
-    assert torch.equal(_bits(out_tpu), _bits(out_cpu))
-    assert torch.equal(_bits(x_tpu), _bits(x_cpu))
+    _check_bits(program, make)
 
 
 @pytest.mark.parametrize("dst", [torch.float64, torch.int64, torch.uint64])
@@ -331,11 +336,7 @@ def test_view_complex64_as_8_byte_writes(dst):
         v[1:, ::2] = 3
         return v
 
-    x_cpu, x_tpu = make(), make().to(TPU)
-    out_cpu, out_tpu = program(x_cpu), program(x_tpu)
-    assert _meta(out_tpu) == _meta(out_cpu)
-    assert torch.equal(_bits(out_tpu), _bits(out_cpu))
-    assert torch.equal(_bits(x_tpu), _bits(x_cpu))
+    _check_bits(program, make)
 
 
 def test_view_dtype_complex_zero_dim():
