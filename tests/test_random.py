@@ -293,3 +293,291 @@ def test_graphsafe_state_is_shared_and_clone_state_is_not():
     assert own.get_offset() > 0  # the draw advanced the swapped-in generator
     again = torch.Generator("tpu").manual_seed(123)
     assert torch.equal(a.cpu(), torch.rand(5, device="tpu", generator=again).cpu())
+
+
+# ------------------------------------------ gamma, binomial, dirichlet
+
+
+def _assert_moments(x, mean, var, kurtosis=0.0, sigmas=6.0):
+    """Sample mean and variance within `sigmas` standard errors of the
+    theoretical ones (the variance's standard error from the excess kurtosis)."""
+    x = x.double().flatten()
+    n = x.numel()
+    assert abs(x.mean().item() - mean) < sigmas * math.sqrt(var / n), (x.mean().item(), mean)
+    assert abs(x.var().item() - var) < sigmas * var * math.sqrt((2 + kurtosis) / n), (x.var().item(), var)
+
+
+GAMMA_ALPHAS = [0.125, 0.5, 1.0, 2.5, 32.0]  # (exact in bf16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_standard_gamma_moments(dtype):
+    alpha = torch.tensor(GAMMA_ALPHAS, dtype=dtype).repeat(10000, 1)
+    x = cpu(torch._standard_gamma(alpha.to(TPU)))
+    assert x.dtype == dtype and x.shape == alpha.shape
+    assert (x > 0).all() and x.isfinite().all()
+    for j, a in enumerate(GAMMA_ALPHAS):
+        _assert_moments(x[:, j], a, a, kurtosis=6 / a)  # Gamma(a, 1): mean = var = a
+
+
+def test_standard_gamma_edge_values_like_cpu():
+    # ATen clamps to the smallest normal: alpha 0 (sample 0), alpha <= -2/3
+    # and NaN (its sampler yields NaN) all give it; inf gives inf.
+    # In (-2/3, 0) ATen's boost gives a finite sample.
+    alpha = torch.tensor([0.0, -1.0, -3.0, float("nan"), float("inf"), 1e-30, -0.5, -0.5])
+    x = cpu(torch._standard_gamma(alpha.to(TPU)))
+    assert torch.equal(x[:6], torch._standard_gamma(alpha[:6]))
+    assert (x[6:] > 0).all() and x[6:].isfinite().all()
+    half = cpu(torch._standard_gamma(torch.zeros(8, device=TPU, dtype=torch.float16)))
+    assert (half == torch.finfo(torch.float16).tiny).all()
+    with pytest.raises(NotImplementedError, match="\"gamma_cpu\" not implemented for 'Long'"):
+        torch._standard_gamma(torch.ones(3, device=TPU, dtype=torch.int64))
+
+
+def test_standard_gamma_grad_matches_cpu():
+    torch.manual_seed(0)
+    # Samples as Gamma(alpha).rsample() draws them (every branch of ATen's
+    # approximation: small x, saddle point near and far from alpha, rational).
+    alpha = torch.cat([torch.logspace(-3, 4, 71), torch.tensor([0.8, 1.0, 7.99, 8.0, 8.01])]).repeat_interleave(40)
+    x = torch._standard_gamma(alpha)
+    grid_a, grid_x = torch.meshgrid(torch.logspace(-4, 6, 60), torch.logspace(-30, 7, 80), indexing="ij")
+    grid_a, grid_x = grid_a.flatten(), grid_x.flatten()
+    # (not where x**alpha is subnormal in double: the CPU's values lose their digits there)
+    normal = grid_a * grid_x.log() > -700
+    alpha, x = torch.cat([alpha, grid_a[normal]]), torch.cat([x, grid_x[normal]])
+    for dtype, rtol in ((torch.float32, 1e-4), (torch.float64, 1e-10)):
+        a, s = alpha.to(dtype), x.to(dtype)
+        expected = torch._standard_gamma_grad(a, s)
+        got = cpu(torch._standard_gamma_grad(a.to(TPU), s.to(TPU)))
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, expected, rtol=rtol, atol=1e-6)
+    # Broadcasting, bf16 (computed in float32), and ATen's errors.
+    a, s = torch.tensor([0.5, 2.0, 20.0]), torch.tensor([[0.1, 1.0, 21.0], [0.7, 3.0, 9.0]])
+    expected = torch._standard_gamma_grad(a.expand_as(s), s)  # (the CPU resizes its output, with a warning)
+    torch.testing.assert_close(cpu(torch._standard_gamma_grad(a.to(TPU), s.to(TPU))), expected)
+    a16, s16 = a.bfloat16(), s.bfloat16()
+    got = cpu(torch._standard_gamma_grad(a16.to(TPU), s16.to(TPU)))
+    assert got.dtype == torch.bfloat16
+    expected = torch._standard_gamma_grad(a16.float().expand_as(s), s16.float())
+    torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=1e-2)
+    with pytest.raises(RuntimeError, match="Found dtype Float but expected Double"):
+        torch._standard_gamma_grad(a.double().to(TPU), s.to(TPU))
+    with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+        torch._standard_gamma_grad(a.long().to(TPU), s.long().to(TPU))
+
+
+def test_gamma_rsample_backward():
+    alpha = torch.tensor([0.3, 1.0, 2.5, 12.0], device=TPU, requires_grad=True)
+    sample = torch.distributions.Gamma(alpha, 1.0).rsample((500,))
+    sample.sum().backward()
+    s = sample.detach().cpu()
+    expected = torch._standard_gamma_grad(alpha.detach().cpu().expand_as(s), s).sum(0)
+    torch.testing.assert_close(cpu(alpha.grad), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_dirichlet_grad_matches_cpu():
+    # Beta samples over concentrations 1e-2..1e4 (every branch of ATen's approximation).
+    conc = torch.logspace(-2, 4, 25)
+    a, b = (t.flatten().repeat_interleave(8) for t in torch.meshgrid(conc, conc, indexing="ij"))
+    x = torch.distributions.Beta(a, b).sample()
+    keep = (x > 0) & (x < 1)
+    x, a, total = x[keep], a[keep], (a + b)[keep]
+    x64, a64, t64 = x.double(), a.double(), total.double()
+    expected = torch._dirichlet_grad(x64, a64, t64)
+    torch.testing.assert_close(cpu(torch._dirichlet_grad(x64.to(TPU), a64.to(TPU), t64.to(TPU))), expected,
+                               rtol=1e-5, atol=1e-12)
+    # float32 against the CPU's double result for the same float32 inputs (the
+    # CPU's own float32 kernel, in float where its terms cancel, is off by up
+    # to 40% at the extremes; it keeps double only for the saddle point branch).
+    got = cpu(torch._dirichlet_grad(x.to(TPU), a.to(TPU), total.to(TPU)))
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), expected, rtol=1e-3, atol=1e-30)
+    with pytest.raises(RuntimeError, match="Found dtype Double but expected Float"):
+        torch._dirichlet_grad(x.to(TPU), a64.to(TPU), total.to(TPU))
+    with pytest.raises(NotImplementedError, match="\"_dirichlet_grad_cpu\" not implemented for 'Long'"):
+        torch._dirichlet_grad(*(t.long().to(TPU) for t in (x, a, total)))
+
+
+def test_dirichlet_and_beta_rsample_backward():
+    from torch.distributions.dirichlet import _Dirichlet_backward
+
+    conc = torch.tensor([0.5, 2.0, 5.0], device=TPU, requires_grad=True)
+    weights = torch.tensor([1.0, -2.0, 0.5])
+    sample = torch.distributions.Dirichlet(conc).rsample((300,))
+    (sample * weights.to(TPU)).sum().backward()
+    s = sample.detach().cpu()
+    expected = _Dirichlet_backward(s, conc.detach().cpu().expand_as(s), weights.expand_as(s)).sum(0)
+    torch.testing.assert_close(cpu(conc.grad), expected, rtol=1e-3, atol=1e-4)
+    a = torch.tensor([0.7, 3.0], device=TPU, requires_grad=True)
+    torch.distributions.Beta(a, 2.0).rsample((100,)).sum().backward()
+    assert cpu(a.grad).isfinite().all() and (a.grad.cpu() > 0).all()  # (a larger alpha moves Beta samples up)
+
+
+BINOMIAL_CASES = [(10.0, 0.3), (1000.0, 0.3), (50.0, 0.9), (7.0, 0.05), (3.0, 0.5), (20.0, 0.999), (1e6, 0.5)]
+
+
+def test_binomial_moments():
+    # Inversion (n p < 10) and BTRS (n p >= 10) samplers, p above and below 1/2.
+    count = torch.tensor([n for n, _ in BINOMIAL_CASES]).repeat(20000, 1)
+    prob = torch.tensor([p for _, p in BINOMIAL_CASES]).repeat(20000, 1)
+    x = cpu(torch.binomial(count.to(TPU), prob.to(TPU)))
+    assert x.dtype == torch.float32 and x.shape == count.shape
+    assert torch.equal(x, x.round()) and (x >= 0).all() and (x <= count).all()
+    for j, (n, p) in enumerate(BINOMIAL_CASES):
+        npq = n * p * (1 - p)
+        _assert_moments(x[:, j], n * p, npq, kurtosis=(1 - 6 * p * (1 - p)) / npq)
+
+
+def test_binomial_edge_values_dtypes_and_errors_like_cpu():
+    # ATen: 0 where count <= 0 or prob <= 0, count where prob >= 1, NaN prob gives NaN.
+    count = torch.tensor([10.0, 10.0, 10.0, -3.0, 0.0, 10.0, 10.0, 2.5])
+    prob = torch.tensor([0.0, 1.0, -0.5, 0.5, 0.5, 1.5, float("nan"), 1.0])
+    expected = torch.binomial(count, prob)
+    torch.testing.assert_close(cpu(torch.binomial(count.to(TPU), prob.to(TPU))), expected, equal_nan=True)
+    # A non-integer count keeps its fraction where p > 1/2 (count - Binomial(count, 1 - p));
+    # prob broadcasts to count's shape.
+    x = cpu(torch.binomial(torch.full((2, 1000), 2.5, device=TPU), torch.tensor([[0.9], [0.1]], device=TPU)))
+    assert x.shape == (2, 1000)
+    assert set(x[0].unique().tolist()) <= {0.5, 1.5, 2.5} and set(x[1].unique().tolist()) <= {0.0, 1.0, 2.0}
+    # bf16 (which CUDA takes), computed in float32.
+    h = cpu(torch.binomial(torch.full((1000,), 8.0, device=TPU, dtype=torch.bfloat16),
+                           torch.full((1000,), 0.5, device=TPU, dtype=torch.bfloat16)))
+    assert h.dtype == torch.bfloat16 and h.min() >= 0 and h.max() <= 8 and abs(h.float().mean() - 4) < 0.3
+    for count, prob, error, message in [
+        (torch.full((3,), 5.0), torch.full((3,), 0.5, dtype=torch.float64), RuntimeError,
+         "Found dtype Double but expected Float"),
+        (torch.full((3,), 5), torch.full((3,), 0.5), ValueError, "floating-point dtypes for count, got: Long"),
+        (torch.full((3,), 5.0), torch.full((2,), 0.5), RuntimeError,
+         r"size of tensor a \(3\) must match the size of tensor b \(2\)"),
+    ]:
+        with pytest.raises(error, match=message):
+            torch.binomial(count, prob)
+        with pytest.raises(error, match=message):
+            torch.binomial(count.to(TPU), prob.to(TPU))
+
+
+def _beta_kurtosis(a, b):
+    return 6 * ((a - b) ** 2 * (a + b + 1) - a * b * (a + b + 2)) / (a * b * (a + b + 2) * (a + b + 3))
+
+
+def test_sample_dirichlet_moments():
+    alphas = torch.tensor([[0.5, 1.5, 4.0], [0.1, 0.1, 0.2]])  # (small alphas: gammas drawn in log space)
+    x = cpu(torch._sample_dirichlet(alphas.repeat(20000, 1, 1).to(TPU)))
+    assert x.dtype == torch.float32 and x.shape == (20000, 2, 3)
+    assert (x > 0).all() and (x < 1).all()
+    assert (x.sum(-1) - 1).abs().max() < 1e-5
+    for row in range(2):
+        total = alphas[row].sum().item()
+        for j, a in enumerate(alphas[row].tolist()):
+            b = total - a  # the marginal is Beta(a, total - a)
+            _assert_moments(x[:, row, j], a / total, a * b / (total**2 * (total + 1)), kurtosis=_beta_kurtosis(a, b))
+
+
+def test_sample_dirichlet_edge_values_like_cpu():
+    # ATen clamps each gamma to DBL_MIN before normalising: a row of zeros gives 1/n.
+    alpha = torch.tensor([[0.0, 0.0, 0.0], [float("inf"), 1.0, 1.0], [-1.0, -2.0, -1.0], [float("nan"), 1.0, 1.0]])
+    x = cpu(torch._sample_dirichlet(alpha.to(TPU)))
+    torch.testing.assert_close(x[:3], torch._sample_dirichlet(alpha[:3]))
+    assert x[3, 0] == torch.finfo(torch.float32).tiny and abs(x[3].sum() - 1) < 1e-6
+    # A 0-dim alpha is its own row: the largest float below 1, as on CPU.
+    scalar = torch.tensor(2.0)
+    assert torch.equal(cpu(torch._sample_dirichlet(scalar.to(TPU))), torch._sample_dirichlet(scalar))
+    h = cpu(torch._sample_dirichlet(torch.ones(1000, 4, device=TPU, dtype=torch.bfloat16)))
+    assert h.dtype == torch.bfloat16 and (h > 0).all() and (h < 1).all() and abs(h.float().mean() - 0.25) < 0.01
+    with pytest.raises(NotImplementedError, match="\"dirichlet\" not implemented for 'Long'"):
+        torch._sample_dirichlet(torch.ones(2, 3, device=TPU, dtype=torch.int64))
+
+
+def test_poisson_errors_like_cpu():
+    for rate in ([-1.0, 2.0], [float("nan"), 1.0]):
+        with pytest.raises(RuntimeError, match="invalid Poisson rate, expected rate to be non-negative"):
+            cpu(torch.poisson(torch.tensor(rate, device=TPU)))  # (device-side check: raised at the sync)
+    with pytest.raises(NotImplementedError, match="\"poisson_cpu\" not implemented for 'Long'"):
+        torch.poisson(torch.ones(3, device=TPU, dtype=torch.int64))
+
+
+def _distribution_draws():
+    """.sample() of the distributions built on _standard_gamma, binomial,
+    _sample_dirichlet and poisson, and the ops themselves."""
+    a = torch.tensor([0.5, 1.5, 3.0, 7.0], device=TPU)
+    D = torch.distributions
+    return [
+        D.Gamma(a, 2.0).sample(), D.Beta(a, a + 1).sample(), D.Dirichlet(torch.stack([a, a + 2], -1)).sample(),
+        D.Chi2(a).sample(), D.StudentT(a).sample(), D.Binomial(10, probs=a / 8).sample(), D.Poisson(a).sample(),
+        torch._standard_gamma(a), torch.binomial(a * 4, a / 8), torch._sample_dirichlet(torch.stack([a, a], -1)),
+    ]
+
+
+def test_gamma_family_follows_the_device_generator():
+    torch.tpu.manual_seed(3)
+    a = _distribution_draws()
+    torch.tpu.manual_seed(3)
+    assert _equal(a, _distribution_draws())
+    torch.tpu.manual_seed(4)
+    b = _distribution_draws()
+    assert all(not torch.equal(x.cpu(), y.cpu()) for x, y in zip(a, b))
+    state = torch.tpu.get_rng_state()
+    c = _distribution_draws()
+    torch.tpu.set_rng_state(state)
+    assert _equal(c, _distribution_draws())
+    with torch.random.fork_rng(devices=[0], device_type="tpu"):
+        d = _distribution_draws()
+    assert _equal(d, _distribution_draws())
+    # An explicit generator, undisturbed by the default one.
+    g = torch.Generator(TPU)
+    rate = torch.full((4,), 2.5, device=TPU)
+
+    def with_generator():
+        return [torch._standard_gamma(rate, generator=g), torch.binomial(rate * 4, rate / 4, generator=g),
+                torch._sample_dirichlet(torch.stack([rate, rate], -1), generator=g), torch.poisson(rate, generator=g)]
+
+    g.manual_seed(9)
+    e = with_generator()
+    _distribution_draws()
+    g.manual_seed(9)
+    assert _equal(e, with_generator())
+
+
+# ------------------------------------------------- random ops in graphs
+
+
+def test_compiled_normal_and_randint_are_lowered():
+    import torchtpu.compile
+
+    def f(x, high):
+        return (
+            x.clone().normal_(2, 0.5),  # normal_functional
+            torch.randint(0, 10, (N,), device=x.device),  # randint.low
+            torch.randint(5, (N,), device=x.device, dtype=torch.int32),  # randint.default
+            torch.randint(-3, 3, (N,), device=x.device, dtype=torch.bfloat16),
+            torch.randint_like(x, 3, 8),  # randint_like.low_dtype
+            torch.randint_like(x, 4, dtype=torch.int8),  # randint_like.default
+            torch.randint_like(x, high),  # randint_like.Tensor
+        )
+
+    torch._dynamo.reset()
+    torchtpu.compile.reset_compile_stats()
+    try:
+        fn = torch.compile(f, backend="tpu")
+        x, high = torch.zeros(N, device=TPU), torch.tensor(6)
+        torch.manual_seed(11)
+        first = [cpu(t) for t in fn(x, high)]
+        torch.manual_seed(11)
+        again = [cpu(t) for t in fn(x, high)]
+        stats = torchtpu.compile_stats()
+    finally:
+        torch._dynamo.reset()
+    assert stats["eager_fallback_graphs"] == 0, [g["fallback"] for g in stats["per_graph"]]
+    ops = {op for g in stats["per_graph"] for op in g["op_counts"]}
+    for op in ("normal_functional.default", "randint.low", "randint.default", "randint_like.low_dtype",
+               "randint_like.default", "randint_like.Tensor"):
+        assert f"aten.{op}" in ops, ops
+    assert _equal(first, again)
+    normal, low, default, bf16, like_low, like, like_tensor = first
+    assert normal.dtype == torch.float32 and abs(normal.mean() - 2) < 0.02 and abs(normal.std() - 0.5) < 0.02
+    for t, dtype, lo, hi in [(low, torch.int64, 0, 9), (default, torch.int32, 0, 4), (bf16, torch.bfloat16, -3, 2),
+                             (like_low, torch.float32, 3, 7), (like, torch.int8, 0, 3), (like_tensor, torch.float32, 0, 5)]:
+        assert t.dtype == dtype and t.shape == (N,)
+        assert t.min() == lo and t.max() == hi and torch.equal(t, t.round())
+    counts = torch.bincount(low).double() / N
+    assert (counts - 0.1).abs().max() < 0.015

@@ -20,6 +20,8 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ...runtime.dtypes import to_torch
+from ..aten_checks import C10_NAMES
 from ..registry import lower, lower_view
 
 
@@ -40,9 +42,17 @@ def _compute(dtype):
     return jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
 
 
+def _c10_name(dtype):
+    """ATen's name of a (JAX or torch) dtype: 'Float', 'Long', ..."""
+    if not isinstance(dtype, torch.dtype):
+        dtype = to_torch(dtype)
+    return C10_NAMES.get(dtype, str(dtype))
+
+
 def _check_floating(op_name, dtype):
-    if not _is_float(dtype):
-        raise NotImplementedError(f'"{op_name}" not implemented for \'{jnp.dtype(dtype).name}\'')
+    """ATen's dispatch error for a kernel with floating types only (a JAX or torch dtype)."""
+    if not (dtype.is_floating_point if isinstance(dtype, torch.dtype) else _is_float(dtype)):
+        raise NotImplementedError(f'"{op_name}" not implemented for \'{_c10_name(dtype)}\'')
 
 
 def _unit(key, shape, dtype):
@@ -112,7 +122,7 @@ def _check_std(std):
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
 
 
-@lower(aten.normal_.default, aten.normal.out, random=True)
+@lower(aten.normal_.default, aten.normal.out, aten.normal_functional.default, random=True)
 def normal_(ctx, self, mean=0.0, std=1.0, generator=None):
     dtype = self.dtype
     if jnp.issubdtype(dtype, jnp.complexfloating):
@@ -212,8 +222,435 @@ def geometric(ctx, self, p, generator=None):
 @lower(aten.poisson.default, random=True)
 def poisson(ctx, self, generator=None):
     dtype = self.dtype
+    _check_floating("poisson_cpu", dtype)
     rate = self.astype(_compute(dtype))
+    # (NaN fails it too, as on CPU; device-side, like CUDA's assert)
+    ctx.check(jnp.all(rate >= 0), "invalid Poisson rate, expected rate to be non-negative")
     return jax.random.poisson(ctx.rng_key(), rate, self.shape, dtype=jnp.int64).astype(dtype)
+
+
+# ------------------------------------------- gamma, dirichlet, binomial
+#
+# ATen's CPU kernels run these in double; here float32 (float64 for double),
+# and bf16/half (which only CUDA takes) are computed in float32 and cast.
+
+
+def _standard_gamma_sample(key, alpha, log_space=False):
+    """Gamma(alpha, 1) draws for an array of alphas (in log space: their logs).
+
+    ATen's sample_gamma: Marsaglia and Tsang's rejection method, alpha < 1
+    boosted to alpha + 1 and scaled by U^(1/alpha).  Vectorised as one loop
+    over the whole array (each round draws a candidate everywhere, the
+    pending elements take theirs where accepted; each round accepts over 95%
+    of them for alpha >= 1), which compiles far faster than
+    jax.random.gamma's loop per element.  alpha == 0 gives 0 (log: -inf) as
+    in ATen; alpha <= -2/3 (d <= 0) and NaN give NaN, which ATen's sampler
+    also yields and its caller's clamp turns into the smallest normal."""
+    dtype = alpha.dtype
+    boost = alpha < 1
+    a = jnp.where(boost, alpha + 1, alpha)
+    d = a - jnp.asarray(1 / 3, dtype)
+    c = 1 / jnp.sqrt(9 * d)
+    valid = d > 0
+    loop_key, boost_key = jax.random.split(key)
+
+    def pending(out):
+        return valid & jnp.isnan(out)
+
+    def body(state):
+        i, out = state
+        x_key, u_key = jax.random.split(jax.random.fold_in(loop_key, i))
+        x = jax.random.normal(x_key, alpha.shape, dtype)
+        u = 1 - jax.random.uniform(u_key, alpha.shape, dtype)  # (0, 1]
+        y = 1 + c * x
+        v = y * y * y
+        xx = x * x
+        accept = (y > 0) & ((u < 1 - 0.0331 * xx * xx) | (jnp.log(u) < 0.5 * xx + d * (1 - v + jnp.log(v))))
+        value = jnp.log(d) + jnp.log(v) if log_space else d * v
+        # (done-ness is read off `out` itself: XLA may evaluate `accept` twice
+        # with different roundings, so a separate flag could disagree with it)
+        return i + 1, jnp.where(pending(out) & accept, value, out)
+
+    def cond(state):
+        i, out = state
+        return jnp.any(pending(out)) & (i < 100000)
+
+    _, out = lax.while_loop(cond, body, (jnp.int32(0), jnp.full(alpha.shape, jnp.nan, dtype)))
+    u = 1 - jax.random.uniform(boost_key, alpha.shape, dtype)
+    if log_space:
+        out = jnp.where(boost, out + jnp.log(u) / alpha, out)
+        return jnp.where(alpha == 0, jnp.asarray(-jnp.inf, dtype), out)
+    out = jnp.where(boost, out * jnp.power(u, 1 / alpha), out)
+    return jnp.where(alpha == 0, jnp.asarray(0, dtype), out)
+
+
+def _at_least_tiny(x, dtype):
+    """std::max(numeric_limits<dtype>::min(), x): NaN becomes the minimum too."""
+    tiny = jnp.asarray(jnp.finfo(dtype).tiny, dtype)
+    return jnp.where(x > tiny, x, tiny)
+
+
+@lower(aten._standard_gamma.default, random=True)
+def standard_gamma(ctx, self, generator=None):
+    dtype = self.dtype
+    _check_floating("gamma_cpu", dtype)
+    sample = _standard_gamma_sample(ctx.rng_key(), self.astype(_compute(dtype)))
+    return _at_least_tiny(sample.astype(dtype), dtype)
+
+
+def _dirichlet_meta(self, generator=None):
+    _check_floating("dirichlet", self.dtype)
+    return torch.empty_like(self, memory_format=torch.contiguous_format)
+
+
+@lower(aten._sample_dirichlet.default, random=True, meta=_dirichlet_meta)
+def sample_dirichlet(ctx, self, generator=None):
+    """Gamma draws normalised along the last dim.  ATen draws the gammas in
+    double so that small alphas do not underflow; here they are drawn in log
+    space (float32 holds log-gammas far below double's range), each clamped
+    below at log(DBL_MIN) as ATen clamps the gammas at DBL_MIN (a row of
+    zero alphas gives 1/n each), normalised with a log-sum-exp, and the
+    result clamped to [min normal, largest value below 1] of the dtype."""
+    dtype = self.dtype
+    _check_floating("dirichlet", dtype)
+    compute = _compute(dtype)
+    alpha = self.astype(compute).reshape(self.shape or (1,))
+    log_gamma = _standard_gamma_sample(ctx.rng_key(), alpha, log_space=True)
+    floor = jnp.asarray(math.log(jnp.finfo(jnp.float64).tiny), compute)
+    log_gamma = jnp.where(log_gamma > floor, log_gamma, floor)  # (NaN too, as std::max)
+    log_total = jax.scipy.special.logsumexp(log_gamma, axis=-1, keepdims=True)
+    ratio = jnp.exp(log_gamma - log_total).astype(dtype).reshape(self.shape)
+    below_one = jnp.nextafter(jnp.asarray(1, dtype), jnp.asarray(0, dtype))
+    return jnp.minimum(below_one, _at_least_tiny(ratio, dtype))
+
+
+def _binomial_meta(count, prob, generator=None):
+    if not count.dtype.is_floating_point:
+        raise ValueError(f"binomial only supports floating-point dtypes for count, got: {_c10_name(count.dtype)}")
+    if not prob.dtype.is_floating_point:
+        raise ValueError(f"binomial only supports floating-point dtypes for prob, got: {_c10_name(prob.dtype)}")
+    if prob.dtype != count.dtype:
+        raise RuntimeError(f"Found dtype {_c10_name(prob.dtype)} but expected {_c10_name(count.dtype)}")
+    shape = torch._C._infer_size(count.shape, prob.shape)  # (ATen's message when they do not broadcast)
+    return torch.empty(shape, dtype=count.dtype, device="meta")
+
+
+@lower(aten.binomial.default, random=True, meta=_binomial_meta)
+def binomial(ctx, count, prob, generator=None):
+    """ATen's sample_binomial: 0 where count <= 0 or prob <= 0, count where
+    prob >= 1, NaN where prob is NaN; else JAX's sampler (the same BTRS /
+    inversion split, from TensorFlow).  A non-integer count keeps its
+    fraction where prob > 1/2 (ATen returns count - Binomial(count, 1 - p)).
+    An infinite count gives inf (ATen's BTRS gives inf or NaN)."""
+    dtype = ctx.out_dtype
+    compute = _compute(dtype)
+    shape = ctx.out_shape
+    n = jnp.broadcast_to(count.astype(compute), shape)
+    p = jnp.broadcast_to(prob.astype(compute), shape)
+    zero = (n <= 0) | (p <= 0)
+    full = ~zero & ((p >= 1) | jnp.isinf(n))
+    drawn = ~zero & ~full & (p == p)
+    # Only valid arguments reach the sampler (its loops run until every element is done).
+    sample = jax.random.binomial(ctx.rng_key(), jnp.where(drawn, n, 0), jnp.where(drawn, p, 0.5), shape, compute)
+    sample = jnp.where(p > 0.5, sample + (n - jnp.floor(n)), sample)
+    out = jnp.where(drawn, sample, jnp.asarray(jnp.nan, compute))  # (NaN prob, NaN count)
+    out = jnp.where(full, n, out)
+    out = jnp.where(zero, jnp.asarray(0, compute), out)
+    return out.astype(dtype)
+
+
+def _digamma(x):
+    """ATen's digamma_one: +inf at 0 and at the negative integers."""
+    pole = (x == 0) | ((x < 0) & (x == jnp.floor(x)))
+    return jnp.where(pole, jnp.inf, jax.scipy.special.digamma(x))
+
+
+def _standard_gamma_grad_one(alpha, x):
+    """d sample / d alpha for x ~ Gamma(alpha, 1): -(d/dalpha cdf) / pdf.
+
+    ATen's approximations (standard_gamma_grad_one in ATen's
+    Distributions.h), written to keep float32 accurate where the CPU
+    computes in double: the small-x series with x^alpha / x^(alpha - 1)
+    cancelled to x, the saddle point terms scaled by alpha before they
+    overflow, and x - alpha - alpha log(x / alpha) as -alpha (log1p(t) - t)."""
+    dtype = alpha.dtype
+    one = jnp.asarray(1, dtype)
+
+    # Small x: Taylor series of the incomplete gamma function,
+    #   -x e^x ((log x - digamma(alpha)) series1 - series2),
+    # series1 = 1/alpha + tail1, series2 = 1/alpha^2 + tail2.  With
+    # digamma(alpha) = digamma(alpha + 1) - 1/alpha the 1/alpha^2 terms
+    # cancel exactly (in float32 they cancel badly for small alpha):
+    numer = one
+    denom = alpha
+    tail1 = jnp.zeros_like(alpha)
+    tail2 = jnp.zeros_like(alpha)
+    for i in range(1, 6):
+        numer = numer * (-x / i)
+        denom = denom + 1
+        tail1 = tail1 + numer / denom
+        tail2 = tail2 + numer / (denom * denom)
+    series1 = one / alpha + tail1
+    bracket = (jnp.log(x) - _digamma(alpha + 1)) * series1 + tail1 / alpha - tail2
+    small = -x * jnp.exp(x) * bracket
+    # ATen: NaN gives 0, and so does pow(x, alpha) underflowing in double
+    # (0 / 0 or 0 / pdf); alpha = 0 gives inf (x > 0).
+    small = jnp.where(jnp.isnan(small) | (alpha * jnp.log(x) < -745.0), jnp.asarray(0, dtype), small)
+    small = jnp.where((alpha == 0) & (x > 0), jnp.asarray(jnp.inf, dtype), small)
+
+    # Large alpha: Rice saddle point expansion.
+    r = x / alpha
+    inv = one / alpha
+    near = (inv * inv + 24 * inv + 288) * (
+        1440 + 6 * r * (53 * inv - 120 * r) - 65 * r * r * inv + 107 * inv + 3600 * r
+    ) / 1244160
+    denom = jnp.sqrt(8 * alpha)
+    t = (x - alpha) / alpha
+    term2 = denom / (alpha - x)
+    term3 = (-alpha * _log1p_minus(t)) ** -1.5  # (x - alpha - alpha log(x / alpha)) ** -1.5
+    term23 = jnp.where(x < alpha, term2 - term3, term2 + term3)
+    term1 = jnp.log(r) * term23 - jnp.sqrt(2 * inv) * (alpha + x) / (alpha - x) / (alpha - x)
+    stirling = 1 + inv / 12 * (1 + inv / 24)
+    far = -stirling * x * term1 / denom
+    saddle = jnp.where((0.9 * alpha <= x) & (x <= 1.1 * alpha), near, far)
+
+    # Otherwise: a bivariate rational approximation.
+    u = jnp.log(r)
+    v = jnp.log(alpha)
+    c = [[jnp.asarray(k, dtype) for k in row] for row in _GAMMA_GRAD_COEF]
+    cv = [c[0][i] + u * (c[1][i] + u * c[2][i]) for i in range(8)]
+    p = cv[0] + v * (cv[1] + v * (cv[2] + v * cv[3]))
+    q = cv[4] + v * (cv[5] + v * (cv[6] + v * cv[7]))
+    rational = jnp.exp(p / q)
+
+    return jnp.where(x < 0.8, small, jnp.where(alpha > 8.0, saddle, rational))
+
+
+_GAMMA_GRAD_COEF = (
+    (0.16009398, -0.094634809, 0.025146376, -0.0030648343, 1, 0.32668115, 0.10406089, 0.0014179084),
+    (0.53487893, 0.1298071, 0.065735949, -0.0015649758, 0.16639465, 0.020070113, -0.0035938915, -0.00058392623),
+    (0.040121004, -0.0065914022, -0.0026286047, -0.0013441777, 0.017050642, -0.0021309326, 0.00085092367,
+     -1.5247877e-07),
+)  # fmt: skip
+
+
+def _same_floating_dtype(kernel_name, expected, *others):
+    for t in others:
+        if t.dtype != expected.dtype:
+            raise RuntimeError(f"Found dtype {_c10_name(t.dtype)} but expected {_c10_name(expected.dtype)}")
+    _check_floating(kernel_name, expected.dtype)
+
+
+def _standard_gamma_grad_meta(self, output):
+    _same_floating_dtype("_standard_gamma_grad_cpu", self, output)
+    return torch.empty(torch._C._infer_size(self.shape, output.shape), dtype=self.dtype, device="meta")
+
+
+@lower(aten._standard_gamma_grad.default, meta=_standard_gamma_grad_meta)
+def standard_gamma_grad(ctx, self, output):
+    """Gamma(alpha).rsample()'s backward: d sample / d alpha (self = alpha,
+    output = the sample)."""
+    dtype = ctx.out_dtype
+    compute = _compute(dtype)
+    shape = ctx.out_shape
+    alpha = jnp.broadcast_to(self.astype(compute), shape)
+    x = jnp.broadcast_to(output.astype(compute), shape)
+    return _standard_gamma_grad_one(alpha, x).astype(dtype)
+
+
+# digamma(z) ~ log z - 1/(2z) - 1/(12 z^2) - tail(z): the coefficients of
+# z^-4, z^-6, ..., z^-14 in tail (ATen's digamma_one series, z >= 10).
+_DIGAMMA_TAIL = (-1 / 120, 1 / 252, -1 / 240, 1 / 132, -691 / 32760, 1 / 12)
+
+
+def _digamma_tail(z):
+    w = 1 / (z * z)
+    acc = jnp.full_like(z, _DIGAMMA_TAIL[-1])
+    for c in reversed(_DIGAMMA_TAIL[:-1]):
+        acc = acc * w + c
+    return acc * w * w
+
+
+def _digamma_diff(x, h):
+    """digamma(x + h) - digamma(x) without the cancellation of subtracting
+    two digammas (h small next to x): both shifted past 10 by the recurrence
+    (the terms 1/(x + k) - 1/(x + h + k) = h / ((x + k)(x + h + k))), then
+    the asymptotic series differenced term by term.  For x, x + h > 0;
+    elsewhere the plain difference."""
+    y = x + h
+    steps = jnp.zeros_like(x)
+    for k in range(10):
+        steps = steps + h / ((x + k) * (y + k))
+    big_x, big_y = x + 10, y + 10
+    series = (
+        jnp.log1p(h / big_x) + h / (2 * big_x * big_y) + h * (big_x + big_y) / (12 * big_x * big_x * big_y * big_y)
+        - (_digamma_tail(big_y) - _digamma_tail(big_x))
+    )
+    plain = _digamma(y) - _digamma(x)
+    return jnp.where((x > 0) & (y > 0) & jnp.isfinite(y), series + steps, plain)
+
+
+def _log1p_minus(t):
+    """log1p(t) - t, without the cancellation for small |t| (a series there)."""
+    series = t * t * (-1 / 2 + t * (1 / 3 + t * (-1 / 4 + t * (1 / 5 + t * (-1 / 6 + t * (1 / 7 - t / 8))))))
+    return jnp.where(jnp.abs(t) < 0.1, series, jnp.log1p(t) - t)
+
+
+def _beta_grad_alpha_small(x, alpha, beta):
+    """ATen's Taylor expansion for x near 0 (d x / d alpha of Beta(alpha, beta))."""
+    factor = -_digamma_diff(alpha, beta) - jnp.log(x)
+    numer = jnp.ones_like(x)
+    series = numer / alpha * (factor + 1 / alpha)
+    for i in range(1, 11):
+        numer = numer * (i - beta) * x / i
+        denom = alpha + i
+        series = series + numer / denom * (factor + 1 / denom)
+    result = x * jnp.power(1 - x, -beta) * series
+    return jnp.where(jnp.isnan(result), jnp.zeros_like(result), result)
+
+
+def _beta_grad_beta_small(x, alpha, beta):
+    """ATen's Taylor expansion for x near 0 (d x / d beta)."""
+    factor = _digamma_diff(beta, alpha)
+    numer = jnp.ones_like(x)
+    betas = jnp.ones_like(x)
+    dbetas = jnp.zeros_like(x)
+    series = factor / alpha
+    for i in range(1, 9):
+        numer = numer * (-x / i)
+        dbetas = dbetas * (beta - i) + betas
+        betas = betas * (beta - i)
+        series = series + numer / (alpha + i) * (dbetas + factor * betas)
+    result = -jnp.power(1 - x, 1 - beta) * series
+    return jnp.where(jnp.isnan(result), jnp.zeros_like(result), result)
+
+
+def _split_float32(v):
+    """v = hi + lo exactly, hi with the top 12 bits of v's significand (so
+    products of halves are exact in float32)."""
+    bits = lax.bitcast_convert_type(v, jnp.uint32) & jnp.uint32(0xFFFFF000)
+    hi = lax.bitcast_convert_type(bits, jnp.float32)
+    return hi, v - hi
+
+
+def _total_x_minus_alpha(total, x, alpha):
+    """total * x - alpha, accurate where it cancels (x near the mean
+    alpha / total, where the saddle point terms are singular): float32
+    sums the exact partial products of the halves of total and x."""
+    if alpha.dtype != jnp.float32:
+        return total * x - alpha
+    t_hi, t_lo = _split_float32(total)
+    x_hi, x_lo = _split_float32(x)
+    return ((t_hi * x_hi - alpha) + (t_hi * x_lo + t_lo * x_hi)) + t_lo * x_lo
+
+
+def _beta_grad_alpha_mid(x, alpha, beta, total):
+    """ATen's Rice saddle point expansion for large alpha and beta (the CPU
+    runs it in double): the polynomial divided by alpha^3 beta^2 term by term
+    so that float32 does not overflow, and the log terms rewritten around
+    their first-order cancellation."""
+    mean = alpha / total
+    std = jnp.sqrt(alpha * beta / (total + 1)) / total
+    # Near the mean.
+    scaled_poly = (
+        47 * x * (beta * beta) / (alpha * alpha * alpha)
+        + (43 + 20 * (16 + 27 * beta) * x) * beta / (alpha * alpha)
+        + 3 * (59 + 180 * beta - 90 * x) / alpha
+        + (453 + 1620 * beta * (1 - x) - 455 * x) / beta
+        + 8 * alpha * (1 - x) * (135 * beta - 11) / (beta * beta)
+    )
+    prefactor_num = (1 + 12 * alpha) * (1 + 12 * beta) / (total * total)
+    near = prefactor_num / (1 - x) * scaled_poly / (12960 * (1 + 12 * total))
+    # Elsewhere.
+    prefactor = -x / jnp.sqrt(2 * alpha * beta / total)
+    stirling = (
+        (1 + 1 / (12 * alpha) + 1 / (288 * alpha * alpha))
+        * (1 + 1 / (12 * beta) + 1 / (288 * beta * beta))
+        / (1 + 1 / (12 * total) + 1 / (288 * total * total))
+    )
+    axbx = _total_x_minus_alpha(total, x, alpha)  # alpha (x - 1) + beta x
+    term1_num = 2 * (alpha * alpha) * (x - 1) + alpha * beta * (x - 1) - x * (beta * beta)
+    term1 = term1_num / (jnp.sqrt(2 * alpha / beta) * jnp.power(total, 1.5) * axbx * axbx)
+    term2 = 0.5 * jnp.log1p(-axbx / (total * x))  # log(alpha / (total x)) / 2
+    term3 = jnp.sqrt(8 * alpha * beta / total) / axbx
+    # beta log(beta / (total (1 - x))) + alpha log(alpha / (total x)) = beta log1p(u) + alpha log1p(v)
+    # with beta u + alpha v = axbx^2 / (total x (1 - x)).
+    u = axbx / (total * (1 - x))
+    v = -axbx / (total * x)
+    term4_base = axbx * axbx / (total * x * (1 - x)) + beta * _log1p_minus(u) + alpha * _log1p_minus(v)
+    term4 = jnp.power(term4_base, -1.5)
+    term1234 = term1 + term2 * (term3 + jnp.where(x < mean, term4, -term4))
+    far = stirling * prefactor * term1234
+    return jnp.where((mean - 0.1 * std <= x) & (x <= mean + 0.1 * std), near, far)
+
+
+_DIRICHLET_GRAD_COEF = (
+    (((1.003668233, -0.01061107488, -0.0657888334, 0.01201642863),
+      (0.6336835991, -0.3557432599, 0.05486251648, -0.001465281033),
+      (-0.03276231906, 0.004474107445, 0.002429354597, -0.0001557569013)),
+     ((0.221950385, -0.3187676331, 0.01799915743, 0.01074823814),
+      (-0.2951249643, 0.06219954479, 0.01535556598, 0.001550077057),
+      (0.02155310298, 0.004170831599, 0.001292462449, 6.976601077e-05)),
+     ((-0.05980841433, 0.008441916499, 0.01085618172, 0.002319392565),
+      (0.02911413504, 0.01400243777, -0.002721828457, 0.000751041181),
+      (0.005900514878, -0.001936558688, -9.495446725e-06, 5.385558597e-05))),
+    (((1, -0.02924021934, -0.04438342661, 0.007285809825),
+      (0.6357567472, -0.3473456711, 0.05454656494, -0.002407477521),
+      (-0.03301322327, 0.004845219414, 0.00231480583, -0.0002307248149)),
+     ((0.5925320577, -0.1757678135, 0.01505928619, 0.000564515273),
+      (0.1014815858, -0.06589186703, 0.01272886114, -0.0007316646956),
+      (-0.007258481865, 0.001096195486, 0.0003934994223, -4.12701925e-05)),
+     ((0.06469649321, -0.0236701437, 0.002902096474, -5.896963079e-05),
+      (0.001925008108, -0.002869809258, 0.0008000589141, -6.063713228e-05),
+      (-0.0003477407336, 6.959756487e-05, 1.097287507e-05, -1.650964693e-06))),
+)  # fmt: skip
+
+
+def _dirichlet_grad_one(x, alpha, total):
+    """ATen's dirichlet_grad_one: -(d/dalpha cdf(x; alpha, beta)) / pdf / (1 - x)
+    for x ~ Beta(alpha, beta = total - alpha), the Dirichlet's reparameterised
+    gradient (its marginals are Betas)."""
+    beta = total - alpha
+    boundary = total * x * (1 - x)
+    near_zero = _beta_grad_alpha_small(x, alpha, beta)
+    near_one = -_beta_grad_beta_small(1 - x, beta, alpha)
+    mid = _beta_grad_alpha_mid(x, alpha, beta, total)
+    # Otherwise a rational correction to an analytic approximation.
+    u = jnp.log(x)
+    a = jnp.log(alpha) - u
+    b = jnp.log(total) - a
+    pow_u = (1, u, u * u)
+    pow_a = (1, a, a * a)
+    pq = []
+    for c in _DIRICHLET_GRAD_COEF:
+        acc = jnp.zeros_like(x)
+        for i in range(3):
+            for j in range(3):
+                k = c[i][j]
+                acc = acc + pow_u[i] * pow_a[j] * (k[0] + b * (k[1] + b * (k[2] + b * k[3])))
+        pq.append(acc)
+    approx = x * _digamma_diff(alpha, beta) / beta
+    rational = pq[0] / pq[1] * approx
+    return jnp.where(
+        (x <= 0.5) & (boundary < 2.5), near_zero,
+        jnp.where((x >= 0.5) & (boundary < 0.75), near_one, jnp.where((alpha > 6) & (beta > 6), mid, rational)),
+    )
+
+
+def _dirichlet_grad_meta(x, alpha, total):
+    _same_floating_dtype("_dirichlet_grad_cpu", x, alpha, total)
+    shape = torch._C._infer_size(torch._C._infer_size(x.shape, alpha.shape), total.shape)
+    return torch.empty(shape, dtype=x.dtype, device="meta")
+
+
+@lower(aten._dirichlet_grad.default, meta=_dirichlet_grad_meta)
+def dirichlet_grad(ctx, x, alpha, total):
+    """Dirichlet (and Beta) rsample()'s backward."""
+    dtype = ctx.out_dtype
+    compute = _compute(dtype)
+    shape = ctx.out_shape
+    x, alpha, total = (jnp.broadcast_to(t.astype(compute), shape) for t in (x, alpha, total))
+    return _dirichlet_grad_one(x, alpha, total).astype(dtype)
 
 
 # --------------------------------------------------------------- bernoulli
@@ -369,3 +806,42 @@ def rand(ctx, *args, **kwargs):
 @lower_view(aten.randn, aten.randn_like, random=True)
 def randn(ctx, *args, **kwargs):
     return normal_(ctx, jnp.zeros(ctx.out_shape, ctx.out_dtype))
+
+
+# randint / randint_like: eager mode runs them as `empty` + `random_(low, high)`;
+# in a graph the bounds are Python ints (a traced value where they come from
+# the graph: a symbolic size, randint_like's tensor `high`).
+
+
+def _randint(ctx, low, high):
+    dtype = ctx.out_dtype
+    if isinstance(low, int) and isinstance(high, int):
+        return _random_from(ctx, jnp.zeros(ctx.out_shape, dtype), low, high)
+    low = jnp.asarray(low).astype(jnp.int64).reshape(())
+    high = jnp.asarray(high).astype(jnp.int64).reshape(())
+    ctx.check(low < high, "random_ expects 'from' to be less than 'to'")
+    span = jnp.maximum(high - low, 1).astype(jnp.uint64)
+    bits = jax.random.bits(ctx.rng_key(), ctx.out_shape, jnp.uint64) % span
+    values = bits.astype(jnp.int64) + low
+    return values != 0 if dtype == jnp.bool_ else values.astype(dtype)
+
+
+@lower_view(aten.randint.default, aten.randint.generator, random=True)
+def randint(ctx, high, *args, **kwargs):
+    return _randint(ctx, 0, high)
+
+
+@lower_view(aten.randint.low, aten.randint.low_generator, random=True)
+def randint_low(ctx, low, high, *args, **kwargs):
+    return _randint(ctx, low, high)
+
+
+@lower_view(aten.randint_like.default, aten.randint_like.generator, aten.randint_like.Tensor,
+            aten.randint_like.Tensor_generator, random=True)
+def randint_like(ctx, self, high, *args, **kwargs):
+    return _randint(ctx, 0, high)
+
+
+@lower_view(aten.randint_like.low_dtype, aten.randint_like.low_generator_dtype, random=True)
+def randint_like_low(ctx, self, low, high, *args, **kwargs):
+    return _randint(ctx, low, high)
