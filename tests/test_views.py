@@ -89,6 +89,7 @@ CASES = {
     "view_dtype_narrow_write": (lambda x: x.view(torch.uint8)[0, :4].zero_(), arange(2, 2)),
     "view_dtype_bool_write": (lambda x: x.view(torch.bool)[1, :5].fill_(True), arange(3, 2)),
     "complex_imag_write": (lambda x: x.imag[1:].mul_(-2), arange(3, 2, dtype=torch.complex64)),
+    "bytes_into_bool_storage": (lambda x: x.view(torch.uint8)[1:, 1:].fill_(5), arange(3, 4, dtype=torch.bool)),
     "as_strided_write": (lambda x: x.as_strided((2, 3), (4, 1), 1).fill_(-1), arange(12)),
     "unfold_write_nonoverlap": (lambda x: x.unfold(0, 2, 3).fill_(8), arange(9)),
     "squeeze_write": (lambda x: x[:, 0:1].squeeze(1).fill_(1), arange(3, 4)),

@@ -728,6 +728,8 @@ def _as_before(box, before):
         return box
     if box.size * box.dtype.itemsize != before.size * before.dtype.itemsize:
         return box
+    if before.dtype == jnp.bool_:  # (a bool box keeps only 0/1: bytes written through a uint8 view stay bytes)
+        return box
     return plans.bitcast_box(box, before.dtype).reshape(before.shape)
 
 
