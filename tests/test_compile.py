@@ -801,6 +801,22 @@ def test_dynamic_causal_mask_buffer_gradients():
         assert_close(xt.grad, xc.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_dynamic_cpu_tensor_inputs_keep_their_sizes_exact():
+    # a CPU tensor moved inside the graph (a global weight, class weights):
+    # the graph ran op by op ("a CPU graph input of dynamic shape").
+    weight = torch.randn(6, 6)
+    f = lambda x: (x @ weight.to(x.device)).relu().sum(1)
+    h = lambda x, w: (x * w.to(x.device)).sum(0)
+    compiled_f = torch.compile(f, backend="tpu", dynamic=True)
+    compiled_h = torch.compile(h, backend="tpu", dynamic=True)
+    for b, t in ((3, 5), (2, 7), (4, 9)):
+        x = torch.randn(b, t, 6)
+        assert_close(compiled_f(x.to("tpu")), f(x), **TOL)
+        y, w = torch.randn(4, t), torch.arange(float(t))
+        assert_close(compiled_h(y.to("tpu"), w), h(y, w), **TOL)
+    assert _graph_stats()["eager_fallback_graphs"] == 0
+
+
 def test_dynamic_kv_cache_grows_with_bucketed_compilations():
     """A decode loop appending to a cache with cat along the padded length:
     right values at every length, one executable per bucket."""

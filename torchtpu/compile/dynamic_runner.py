@@ -15,7 +15,7 @@ from ..ops import plans
 from ..ops.context import matmul_precision
 from ..ops.dispatch import Call
 from ..runtime import boxes, checks, devices
-from ..runtime.dtypes import to_jax
+from ..runtime.dtypes import to_jax, torch_to_numpy
 from ..runtime.gc_pause import gc_paused
 from . import output_views
 from .dynamic import Shapes, Unpaddable, merged_layouts
@@ -126,7 +126,7 @@ class DynamicCalls:
         policy = "exact" if self.exact else self.options.dynamic_buckets
         if self.merged is None:
             self.merged = merged_layouts(graph.gm)
-        shapes = Shapes.for_call(true_values, policy, sizes - self.exact_symbols, self.merged)
+        shapes = Shapes.for_call(true_values, policy, sizes - self.exact_symbols - graph.host_input_symbols, self.merged)
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype(), self.exact, shapes.key()]
         padded = []  # placeholder index -> padded array, for inputs with symbolic dims
@@ -135,7 +135,7 @@ class DynamicCalls:
             if isinstance(a, torch.Tensor) and isinstance(meta, torch.Tensor) and any(
                 isinstance(d, torch.SymInt) for d in meta.shape
             ):
-                array = _pad_input(materialize(a), meta, shapes)
+                array = _pad_input(materialize(a) if not a.is_cpu else torch_to_numpy(a.detach()).copy(), meta, shapes)
                 padded.append(array)
                 key.append(("padded", a.dtype, a.device.index))
                 if call.device is None:

@@ -78,11 +78,15 @@ class GraphLowering:
         # input): inside the executable they are arrays like any other, as
         # long as none is returned.
         self.from_constants = {p for p in self.placeholders if not _is_tpu_or_scalar(_meta(p))}
+        # Sizes of CPU inputs stay exact under dynamic shapes (the host value
+        # is sent as it is, unpadded).
+        self.host_input_symbols = set()
         for p in self.from_constants:
             if _meta(p).device.type != "cpu":
                 raise Unlowerable(f"graph input on {_meta(p).device}")
-            if _has_symbols(_meta(p)):
-                raise Unlowerable("a CPU graph input of dynamic shape")
+            for n in _meta(p).shape:
+                if isinstance(n, torch.SymInt):
+                    self.host_input_symbols |= n.node.expr.free_symbols
         for node in gm.graph.nodes:
             if node.op == "call_function":
                 self._check(node)
