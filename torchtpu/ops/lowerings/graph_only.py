@@ -11,6 +11,7 @@ Factories and conversions: eager runs `full_like` & co. as `empty` +
 
 import jax.numpy as jnp
 import torch
+import torch._inductor.inductor_prims  # noqa: F401  (defines prims.fma, which decompositions emit)
 from jax import lax
 
 from .. import plans
