@@ -753,6 +753,14 @@ _PADDED_CASES = {
     "slice to a size": lambda x: x[:, : x.shape[1] - 1].sum(1),
     "slice to half the size": lambda x: x[:, : x.shape[1] // 2] * 2,
     "narrow to half the size": lambda x: x.narrow(1, 0, x.shape[1] // 2).sum(1),
+    # graph-only lowerings that are not views, once masked as views (found by
+    # a dynamic-shape probe: padded elements counted as real)
+    "randint_like": lambda x: (torch.randint_like(x, 0, 3) * 0 + 1).sum(1),
+    "bucketize": lambda x: torch.bucketize(x, torch.tensor([-0.5, 0.0, 0.5]).to(x.device)).float().sum(1),
+    "complex": lambda x: torch.complex(x, x + 1).abs().sum(1),
+    # a diagonal computed from the sizes (a bottom-right aligned causal mask)
+    "tril at a size": lambda x: (torch.ones(x.shape[1], x.shape[1] + 3, device=x.device).tril(3) * x.sum()).sum(1)
+    + torch.ones(x.shape[0], x.shape[1], device=x.device).tril(x.shape[1] - x.shape[0]).sum(),
     # pieces of a list: cat along the padded dim goes piece after piece
     "cat along the padded dim": lambda x: torch.cat([x, x * 2, x[..., :1]], -1) + 1,
     "cat across it": lambda x: torch.cat([x, x * 2], 0).softmax(-1),
@@ -815,6 +823,34 @@ def test_dynamic_cpu_tensor_inputs_keep_their_sizes_exact():
         y, w = torch.randn(4, t), torch.arange(float(t))
         assert_close(compiled_h(y.to("tpu"), w), h(y, w), **TOL)
     assert _graph_stats()["eager_fallback_graphs"] == 0
+
+
+def test_dynamic_static_tables_shorter_than_the_bucket_and_scaled_embedding_gradients():
+    # a 12-row position table sliced to T = 9 (bucket 16) raised; padded
+    # indices counted in scale_grad_by_freq's frequency of row 0
+    torch.manual_seed(0)
+    class Positions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(12, 4))
+
+        def forward(self, x):
+            return x + self.table[: x.shape[1]]
+
+    positions = Positions()
+    emb = torch.nn.Embedding(20, 4, scale_grad_by_freq=True)
+    compiled_positions = torch.compile(copy.deepcopy(positions).to("tpu"), backend="tpu", dynamic=True)
+    emb_tpu = copy.deepcopy(emb).to("tpu")
+    compiled_emb = torch.compile(emb_tpu, backend="tpu", dynamic=True)
+    for n in (5, 9, 11):
+        x = torch.randn(2, n, 4)
+        assert_close(compiled_positions(x.to("tpu")), positions(x))
+        ids = torch.randint(0, 20, (2, n))
+        ids[0, 0] = 0
+        emb(ids).sum().backward()
+        compiled_emb(ids.to("tpu")).sum().backward()
+        assert_close(emb_tpu.weight.grad, emb.weight.grad)
+        emb.weight.grad = emb_tpu.weight.grad = None
 
 
 def test_dynamic_kv_cache_grows_with_bucketed_compilations():

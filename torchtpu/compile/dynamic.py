@@ -219,9 +219,17 @@ PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, at
 # real as the input it takes its shape from; a new_* one (sizes given) is
 # fresh.  (Not views: their value does not come from the input's elements.)
 LIKE_FACTORIES = {aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.empty_like.default,
-                  aten.fill.Scalar, aten.fill.Tensor, aten.rand_like.default, aten.randn_like.default}
+                  aten.fill.Scalar, aten.fill.Tensor, aten.rand_like.default, aten.randn_like.default,
+                  aten.rand_like.generator, aten.randn_like.generator, aten.randint_like.default,
+                  aten.randint_like.generator, aten.randint_like.Tensor, aten.randint_like.Tensor_generator,
+                  aten.randint_like.low_dtype, aten.randint_like.low_generator_dtype}
 NEW_FACTORIES = {aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
-                 aten.new_empty_strided.default, aten.rand.default, aten.randn.default}
+                 aten.new_empty_strided.default, aten.rand.default, aten.randn.default, aten.rand.generator,
+                 aten.randn.generator, aten.randint.default, aten.randint.generator, aten.randint.low,
+                 aten.randint.low_generator, aten.empty.memory_format, aten.empty_strided.default}
+# Element-wise ops lowered with the views (graph_only.py) without ATen's
+# pointwise tag: their masks combine like a pointwise op's.
+ELEMENTWISE = {aten.complex.default, aten.polar.default, aten.true_divide.Scalar}
 # Each output element depends only on elements at smaller-or-equal indices
 # (or its own position): padding at the end never reaches a real element.
 PREFIX_SAFE = {
@@ -458,7 +466,7 @@ POSITION_ARGS = {
     aten.slice.Tensor: (2,), aten.narrow.default: (2,), aten.select.int: (2,), aten.split.Tensor: (1,),
     aten.split_with_sizes.default: (1,), aten.slice_scatter.default: (3,), aten.select_scatter.default: (3,),
     aten.diagonal.default: (1,), aten.roll.default: (1,), aten.constant_pad_nd.default: (1,),
-    aten.as_strided.default: (3,),
+    aten.as_strided.default: (3,), aten.tril.default: (1,), aten.triu.default: (1,),
 }  # fmt: skip
 
 # Where a slice ends (narrow: its length), at this argument: along a padded
@@ -487,7 +495,9 @@ class MaskRules:
         if not tensor_masks:
             result = lowering_fn(ctx, *values)
             return result, self._fresh_masks(out_meta)
-        if op in PASS_THROUGH or op in PREFIX_SAFE or torch.Tag.pointwise in op.tags:
+        if op in (aten.bucketize.Tensor, aten.bucketize.Scalar):
+            return self._bucketize(op, values, masks, in_metas, lowering_fn, ctx)
+        if op in PASS_THROUGH or op in PREFIX_SAFE or op in ELEMENTWISE or torch.Tag.pointwise in op.tags:
             result = lowering_fn(ctx, *values)
             shape = tuple(jnp.shape(result if not isinstance(result, (tuple, list)) else result[0]))
             combined = None
@@ -526,7 +536,7 @@ class MaskRules:
         if op in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
             return self._nll(op, values, masks, lowering_fn, ctx)
         if op in (aten.embedding.default, aten.embedding_dense_backward.default):
-            return self._embedding(op, values, masks, lowering_fn, ctx)
+            return self._embedding(op, values, masks, in_metas, lowering_fn, ctx)
         if op in PER_SAMPLE and (op != aten.convolution.default or values[0].ndim == values[1].ndim):
             rows = self._rows(op, masks, in_metas)
             result = lowering_fn(ctx, *values)
@@ -555,6 +565,13 @@ class MaskRules:
         if symbols:
             raise Unpaddable(f"{op} at a position computed from a padded size", symbols)
 
+    def _bucketize(self, op, values, masks, in_metas, fn, ctx):
+        """Element-wise in its input; padded boundaries would be searched as
+        real ones, so their size is kept exact."""
+        if masks[1] is not None:
+            raise Unpaddable(f"{op} with padded boundaries", self.shapes.padded_symbols([in_metas[1]]))
+        return fn(ctx, *values), [masks[0]]
+
     def _sliced_to_a_padded_size(self, mask, values, in_metas, out_meta):
         """A dim that is not padded, sliced to a padded size (a static
         buffer's `causal_mask[:T, :T]`, the buffer padded along its other
@@ -568,13 +585,19 @@ class MaskRules:
         return _full(mask, shape) & self.shapes.prefix_mask(out, dims=[dim])
 
     def _padded_dim_end(self, op, in_metas):
-        """The bucketed symbols of a slice's end along a padded dim (END_ARGS)."""
+        """The bucketed symbols of a slice's end along a padded dim (END_ARGS),
+        or past the end of a dim that is not padded (a 12-row position table
+        sliced to T = 9, padded to 16: there are no 16 rows to take)."""
         i = END_ARGS.get(op)
         if i is None or i >= len(in_metas) or not isinstance(in_metas[i], torch.SymInt):
             return set()
         meta, dim = in_metas[0], in_metas[i - 2] if in_metas[i - 2] is not None else 0
         size = meta.shape[dim % max(meta.dim(), 1)]
-        if not self.shapes.is_padded_dim(size) or _expr(in_metas[i]) == _expr(size):
+        end = in_metas[i] if op is not aten.narrow.default else in_metas[2] + in_metas[3]
+        if self.shapes.is_padded_dim(size):
+            if _expr(in_metas[i]) == _expr(size):
+                return set()
+        elif self.shapes.size_of(_expr(end)) <= self.shapes.size(size):
             return set()
         return _expr(in_metas[i]).free_symbols & self.shapes.bucketed
 
@@ -812,13 +835,17 @@ class MaskRules:
         out = fn(ctx, grad, self_, target, weight, reduction, ignore_index, total)
         return out, [masks[1]]
 
-    def _embedding(self, op, values, masks, fn, ctx):
+    def _embedding(self, op, values, masks, in_metas, fn, ctx):
         values = list(values)
         if op == aten.embedding.default:
             idx_mask = masks[1]
             values[1] = _neutral(values[1], idx_mask, 0)
             return fn(ctx, *values), [None if idx_mask is None else idx_mask[..., None]]
         grad_mask, idx_mask = masks[0], masks[1]
+        if idx_mask is not None and len(values) > 4 and values[4]:
+            # (padded indices, read as row 0, would count in its frequency)
+            raise Unpaddable(f"{op} with scale_grad_by_freq over padded indices",
+                             self.shapes.padded_symbols([in_metas[1]]))
         rows = idx_mask[..., None] if idx_mask is not None else None
         values[0] = _neutral(values[0], _full(rows, values[0].shape) if rows is not None else grad_mask, 0)
         values[1] = _neutral(values[1], idx_mask, 0)
