@@ -6,6 +6,7 @@ check."""
 
 import torch
 
+from ..runtime.dtypes import to_torch
 from .registry import _functional_candidates
 
 
@@ -49,7 +50,7 @@ def _same_dtype(sch, values):
     # matrix products do not promote (meta kernels of mm/mv/addmm accept mixes)
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     if len({t.dtype for t in tensors}) > 1:
-        names = ", ".join(_c10(t.dtype) for t in tensors)
+        names = ", ".join(c10_name(t.dtype) for t in tensors)
         raise RuntimeError(f"{sch.op._schema.name[6:]}: expected all tensors to have the same dtype, but got {names}")
 
 
@@ -66,7 +67,7 @@ def _alpha_check(sch, values):
 
 
 def _not_implemented(kernel_name, dtype):
-    return NotImplementedError(f'"{kernel_name}" not implemented for \'{_c10(dtype)}\'')
+    return NotImplementedError(f'"{kernel_name}" not implemented for \'{c10_name(dtype)}\'')
 
 
 def _floating_kernel(kernel_name):
@@ -80,7 +81,10 @@ def _floating_kernel(kernel_name):
     return check
 
 
-def _c10(dtype):
+def c10_name(dtype):
+    """ATen's name of a (torch or JAX) dtype in its messages: 'Float', 'Long', ..."""
+    if not isinstance(dtype, torch.dtype):
+        dtype = to_torch(dtype)
     return C10_NAMES.get(dtype, str(dtype))
 
 
@@ -91,7 +95,7 @@ def _same_source_dtype(message):
     def check(sch, values):
         self, source = values[0], values[sch.names.index("source")]
         if isinstance(source, torch.Tensor) and source.dtype != self.dtype:
-            raise RuntimeError(message.format(_c10(self.dtype), _c10(source.dtype)))
+            raise RuntimeError(message.format(c10_name(self.dtype), c10_name(source.dtype)))
 
     return check
 
@@ -225,8 +229,8 @@ def _check_safe_cast_to_output(sch, meta_values):
     for r, w in zip(results, written):
         if isinstance(r, torch.Tensor) and isinstance(w, torch.Tensor) and not torch.can_cast(r.dtype, w.dtype):
             raise RuntimeError(
-                f"result type {_c10(r.dtype)} can't be cast to the desired output type "
-                f"{_c10(w.dtype)}"
+                f"result type {c10_name(r.dtype)} can't be cast to the desired output type "
+                f"{c10_name(w.dtype)}"
             )
 
 

@@ -22,7 +22,7 @@ from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import to_jax
 from . import aten_checks, host_fill, plans, scalar_overflow
-from .aten_checks import C10_NAMES as _C10_NAMES
+from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
 from .schema import (
@@ -655,7 +655,7 @@ def _sharding(index):
 def _not_implemented_for(sch, values, error):
     """What CPU kernels raise for a dtype they lack (NotImplementedError,
     naming the op and dtypes), with JAX's reason."""
-    dtypes = {_C10_NAMES.get(v.dtype, str(v.dtype)) for v in values if isinstance(v, torch.Tensor)}
+    dtypes = {c10_name(v.dtype) for v in values if isinstance(v, torch.Tensor)}
     name = sch.op._schema.name.split("::")[1]
     listed = ", ".join(f"'{d}'" for d in sorted(dtypes))
     return NotImplementedError(f'"{name}" not implemented on tpu for {listed}: {error}')

@@ -15,7 +15,7 @@ import math
 import jax.numpy as jnp
 import torch
 
-from ..aten_checks import C10_NAMES
+from ..aten_checks import c10_name
 from ..registry import lower
 
 aten = torch.ops.aten
@@ -42,21 +42,17 @@ def _complex(x, out_dtype):
 # `torch.fft.ihfft2(complex)` reaches `_fft_r2c` with its complex input.
 
 
-def _c10(dtype):
-    return C10_NAMES.get(dtype, str(dtype))
-
-
 def _r2c_input(self, *rest, **kwargs):
     if not self.dtype.is_floating_point:
-        raise RuntimeError(f"Only supports floating-point dtypes, but found: {_c10(self.dtype)}")
+        raise RuntimeError(f"Only supports floating-point dtypes, but found: {c10_name(self.dtype)}")
     if self.dtype in (torch.float16, torch.bfloat16):
-        raise RuntimeError(f"MKL FFT doesn't support tensors of type: {_c10(self.dtype)}")
+        raise RuntimeError(f"MKL FFT doesn't support tensors of type: {c10_name(self.dtype)}")
     return True
 
 
 def _complex_input(self, *rest, **kwargs):
     if not self.dtype.is_complex:
-        raise RuntimeError(f"Only supports complex dtypes, but found: {_c10(self.dtype)}")
+        raise RuntimeError(f"Only supports complex dtypes, but found: {c10_name(self.dtype)}")
     return True
 
 

@@ -20,8 +20,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ...runtime.dtypes import to_torch
-from ..aten_checks import C10_NAMES
+from ..aten_checks import c10_name
 from ..registry import lower, lower_view
 
 
@@ -42,17 +41,10 @@ def _compute(dtype):
     return jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
 
 
-def _c10_name(dtype):
-    """ATen's name of a (JAX or torch) dtype: 'Float', 'Long', ..."""
-    if not isinstance(dtype, torch.dtype):
-        dtype = to_torch(dtype)
-    return C10_NAMES.get(dtype, str(dtype))
-
-
 def _check_floating(op_name, dtype):
     """ATen's dispatch error for a kernel with floating types only (a JAX or torch dtype)."""
     if not (dtype.is_floating_point if isinstance(dtype, torch.dtype) else _is_float(dtype)):
-        raise NotImplementedError(f'"{op_name}" not implemented for \'{_c10_name(dtype)}\'')
+        raise NotImplementedError(f'"{op_name}" not implemented for \'{c10_name(dtype)}\'')
 
 
 def _unit(key, shape, dtype):
@@ -326,11 +318,11 @@ def sample_dirichlet(ctx, self, generator=None):
 
 def _binomial_meta(count, prob, generator=None):
     if not count.dtype.is_floating_point:
-        raise ValueError(f"binomial only supports floating-point dtypes for count, got: {_c10_name(count.dtype)}")
+        raise ValueError(f"binomial only supports floating-point dtypes for count, got: {c10_name(count.dtype)}")
     if not prob.dtype.is_floating_point:
-        raise ValueError(f"binomial only supports floating-point dtypes for prob, got: {_c10_name(prob.dtype)}")
+        raise ValueError(f"binomial only supports floating-point dtypes for prob, got: {c10_name(prob.dtype)}")
     if prob.dtype != count.dtype:
-        raise RuntimeError(f"Found dtype {_c10_name(prob.dtype)} but expected {_c10_name(count.dtype)}")
+        raise RuntimeError(f"Found dtype {c10_name(prob.dtype)} but expected {c10_name(count.dtype)}")
     shape = torch._C._infer_size(count.shape, prob.shape)  # (ATen's message when they do not broadcast)
     return torch.empty(shape, dtype=count.dtype, device="meta")
 
@@ -437,7 +429,7 @@ _GAMMA_GRAD_COEF = (
 def _same_floating_dtype(kernel_name, expected, *others):
     for t in others:
         if t.dtype != expected.dtype:
-            raise RuntimeError(f"Found dtype {_c10_name(t.dtype)} but expected {_c10_name(expected.dtype)}")
+            raise RuntimeError(f"Found dtype {c10_name(t.dtype)} but expected {c10_name(expected.dtype)}")
     _check_floating(kernel_name, expected.dtype)
 
 
