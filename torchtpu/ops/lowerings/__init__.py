@@ -29,6 +29,7 @@ from . import (  # noqa: F401
     pooling,
     random,
     reductions,
+    reparam_grads,
     shape,
     sorting,
     special_functions,
