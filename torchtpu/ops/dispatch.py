@@ -611,7 +611,7 @@ def _build(entry, values, call, key):
             else:
                 slot = target[1]
                 slots[slot] = plans.write_view(slots.get(slot), target[2], sizes, strides, offset, value)
-        outputs = tuple(fresh_out) + tuple(_as_before(slots[s], arrays.get(s)) for s in written_slots)
+        outputs = tuple(fresh_out) + tuple(slots[s] for s in written_slots)
         if ctx.checks:
             kernel.checks = tuple((message, error, str(op)) for _, _, message, error in ctx.checks)
             outputs += (checks.check_code(ctx.checks),)
@@ -717,20 +717,6 @@ def _math_bits(t):
     (the Conjugate/Negative fallbacks resolve inputs first); the ops ATen lets
     through (copy_, clone, mm, dot, ... and views) read the logical value."""
     return int(t.is_conj()) | (int(t.is_neg()) << 1)
-
-
-def _as_before(box, before):
-    """A written box array back in the dtype and shape its storage had (the
-    same bytes): a write through a view of another dtype (`z.imag` of a
-    complex `z`) leaves the box in the view's units, and XLA cannot reuse
-    a donated buffer of another type for it."""
-    if before is None or (box.dtype == before.dtype and box.shape == before.shape):
-        return box
-    if box.size * box.dtype.itemsize != before.size * before.dtype.itemsize:
-        return box
-    if before.dtype == jnp.bool_:  # (a bool box keeps only 0/1: bytes written through a uint8 view stay bytes)
-        return box
-    return plans.bitcast_box(box, before.dtype).reshape(before.shape)
 
 
 def _apply_math_bits(x, bits):

@@ -266,7 +266,25 @@ def dense_order(sizes, strides, offset, itemsize, storage_nbytes):
 def write_view(x, storage_nbytes, sizes, strides, offset, value):
     """The box array after writing `value` through a tensor of this geometry.
 
-    `x` is the current box array (None if never written)."""
+    `x` is the current box array (None if never written).  The result keeps
+    x's dtype and shape where the bytes allow: a write through a view of
+    another dtype (`z.imag` of a complex `z`) would otherwise leave the box in
+    the view's units, and XLA cannot reuse a donated buffer of another type."""
+    written = _written_box(x, storage_nbytes, sizes, strides, offset, value)
+    return written if x is None else _in_units_of(written, x)
+
+
+def _in_units_of(box, before):
+    """`box` bitcast and reshaped to `before`'s dtype and shape (same bytes);
+    not into a bool box, which keeps only 0/1 of each byte."""
+    if box.dtype == before.dtype and box.shape == before.shape:
+        return box
+    if box.size * box.dtype.itemsize != before.size * before.dtype.itemsize or before.dtype == jnp.bool_:
+        return box
+    return bitcast_box(box, before.dtype).reshape(before.shape)
+
+
+def _written_box(x, storage_nbytes, sizes, strides, offset, value):
     sizes = tuple(sizes)
     dtype = value.dtype
     if 0 in sizes:
