@@ -11,6 +11,7 @@ The C++ entry point serves cache hits itself and sends everything else to
 or fallback) and hands back the kernel it used when that is safe to reuse.
 """
 
+import functools
 import os
 import threading
 
@@ -78,7 +79,8 @@ def slow_path(name: str, overload: str, args, kwargs):
     from . import dispatch, fallback, special
 
     op = resolve(name, overload)
-    _check_generator_device(args, kwargs)
+    if _takes_generator(op):
+        _check_generator_device(args, kwargs)
     transfer_kernel = _TRANSFER_KERNELS.get(name[len("aten::"):]) if name.startswith("aten::") else None
     if transfer_kernel is not None:
         from . import transfer
@@ -96,6 +98,14 @@ def slow_path(name: str, overload: str, args, kwargs):
         except dispatch.Unsupported:
             pass
     return fallback.handle(op, args, kwargs), None
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_generator(op) -> bool:
+    """Whether the op's schema has a Generator argument (the scan below is
+    skipped for every other op, `.item()` included)."""
+    return any(isinstance(a.type, torch.OptionalType) and str(a.type.getElementType()) == "Generator"
+               or str(a.type) == "Generator" for a in op._schema.arguments)
 
 
 def _check_generator_device(args, kwargs):
