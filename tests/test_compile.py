@@ -469,6 +469,62 @@ def test_persistent_cache_second_process(tmp_path):
     assert hits2 == compiled2  # every graph of the second process came from disk
 
 
+def test_precompile_second_process_skips_tracing(tmp_path):
+    # PyTorch's caching precompile (TORCH_CACHING_PRECOMPILE=1, saved with
+    # torch.compiler.save_cache_artifacts()) keeps dynamo's bytecode and the
+    # backend's graphs: the second process traces nothing (no dynamo frame,
+    # no AOTAutograd graph) and loads every executable from disk.  BatchNorm
+    # (a mutated buffer) and a returned view of the input go through it too.
+    script = textwrap.dedent(
+        """
+        import sys, torch, torchtpu
+        from torch._dynamo.utils import counters
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+                self.bn = torch.nn.BatchNorm2d(8)
+                self.fc = torch.nn.Linear(8, 4)
+
+            def forward(self, x):
+                h = torch.relu(self.bn(self.conv(x))).mean((2, 3))
+                return self.fc(h).logsumexp(1).mean(), x[:, 0]
+
+        torch.manual_seed(0)
+        net = Net().to("tpu")
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        step = torch.compile(net, backend="tpu")
+        for _ in range(2):
+            x = torch.randn(4, 3, 8, 8, device="tpu")
+            loss, view = step(x)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            assert view._base is x or view.data_ptr() == x.data_ptr()
+            print("LOSS", repr(loss.item()), repr(net.bn.running_mean.sum().item()))
+        s = torchtpu.compile_stats()
+        print("STATS", s["compilations"], s["persistent_hits"], counters["dynamo_cache"]["dynamo_cache_hit"],
+              counters["stats"]["unique_graphs"], counters["aot_autograd"]["total"])
+        if sys.argv[1] == "save":
+            torch.compiler.save_cache_artifacts()
+        """
+    )
+    env = dict(os.environ, TORCH_CACHING_PRECOMPILE="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch"),
+               TORCHTPU_COMPILE_CACHE_DIR=str(tmp_path / "tpu"))
+    runs = []
+    for mode in ("save", "load"):
+        out = subprocess.run([sys.executable, "-c", script, mode], env=env, capture_output=True, text=True, timeout=600)
+        stats = [ln.split()[1:] for ln in out.stdout.splitlines() if ln.startswith("STATS")]
+        assert stats, out.stderr[-3000:]
+        runs.append(([ln for ln in out.stdout.splitlines() if ln.startswith("LOSS")], [int(v) for v in stats[0]]))
+    (losses1, (compiled1, _, cache_hits1, graphs1, aot1)), (losses2, (compiled2, disk2, cache_hits2, graphs2, aot2)) = runs
+    assert losses1 == losses2 and len(losses1) == 2
+    assert cache_hits1 == 0 and graphs1 == 1 and aot1 >= 1
+    assert cache_hits2 == 1 and graphs2 == 0 and aot2 == 0  # nothing traced
+    assert compiled2 == disk2 == compiled1 >= 2  # every executable from disk
+
+
 def test_dynamic_sizes_kept_exact_do_not_share_executables_with_buckets(tmp_path):
     # flip(0) has no padding rule: the batch size is kept exact after the
     # first try, and an executable for exactly 4 rows is stored.  A new

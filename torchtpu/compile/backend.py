@@ -6,18 +6,14 @@ dispatch, CPU fallback included) with a log line naming the op: slow,
 never wrong."""
 
 import itertools
-import logging
 
 import torch
 
 from ..ops.registry import LOWERINGS, VIEW_LOWERINGS, find_graph_lowering
 from ..runtime.gc_pause import gc_paused
-from . import stats
-from .graph import GraphLowering, Unlowerable
 from .options import Options
-from .runner import CompiledGraph
+from .output_code import TpuGraphCode, caches_keep_graphs, graph_runner, prepare
 
-log = logging.getLogger("torchtpu.compile")
 _counter = itertools.count()
 
 
@@ -41,43 +37,30 @@ def decompositions():
 
 
 def _compiler(options, kind, graph_id):
+    name = f"graph{graph_id}_{kind}"
+
     def compile_graph(gm, example_inputs):
-        name = f"graph{graph_id}_{kind}"
         options.dump_graph(name, gm)
-        try:
-            lowering = GraphLowering(gm)
-        except Unlowerable as reason:
-            log.warning("torchtpu.compile: %s runs op by op in eager mode: %s", name, reason)
-            targets = [n.target for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
-            graph_stats = stats.register(name, fallback=str(reason), ops=targets)
+        return graph_runner(gm, name, options)
 
-            def op_by_op(*args):
-                graph_stats.requests += 1
-                return gm.forward(*args)
+    def compile_serializable_graph(gm, example_inputs):
+        options.dump_graph(name, gm)
+        return TpuGraphCode(gm, name, options.raw)
 
-            return _boxed(op_by_op)
-        return _boxed(CompiledGraph(lowering, name, options))
+    if caches_keep_graphs():
+        from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
 
+        return SerializableAOTDispatchCompiler(TpuGraphCode, compile_serializable_graph)
     return compile_graph
-
-
-def _boxed(fn):
-    from torch._functorch.aot_autograd import make_boxed_func
-
-    return make_boxed_func(fn)
 
 
 def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
     """torch.compile(model, backend="tpu", options={...}): see options.py."""
-    import torchtpu.ops.lowerings.graph_only  # noqa: F401  (views and factories inside graphs)
     from torch._dynamo.backends.common import aot_autograd
 
     from . import upstream_fixes
 
-    from ..runtime import compile_cache as cache
-
-    torch.tpu._lazy_init()
-    cache.configure()
+    prepare()
     opts = Options(options)
     graph_id = next(_counter)
     backend = aot_autograd(

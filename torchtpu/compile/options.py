@@ -14,6 +14,7 @@ _KNOWN = {"dump_dir", "xla_opt_level", "dynamic_buckets"}
 class Options:
     def __init__(self, options=None):
         options = dict(options or {})
+        self.raw = options  # (what a cached graph is rebuilt with: output_code.TpuGraphCode)
         unknown = set(options) - _KNOWN
         if unknown:
             raise ValueError(f"torchtpu: unknown compile options {sorted(unknown)}; known: {sorted(_KNOWN)}")
