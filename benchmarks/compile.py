@@ -8,7 +8,10 @@ mode runs in fresh processes: the first with an empty compilation cache
 cache the first left (warm warm-up), then steady-state steps (median).
 
 Modes: torchtpu compiled (the model; AdamW's foreach step eager), the same
-with AdamW(fused=True) (the update one eager kernel), torchtpu eager, a
+with AdamW(fused=True) (the update one eager kernel), the fused one again
+with PyTorch's caching precompile (TORCH_CACHING_PRECOMPILE=1, the first
+process saving with torch.compiler.save_cache_artifacts(): the warm process
+skips dynamo's and AOTAutograd's tracing), torchtpu eager, a
 hand-written `jax.jit` of the same functional model (value_and_grad + the
 same AdamW update, parameters donated), torch CPU eager, and
 torch.compile(backend="inductor") on CPU.  JAX runs on its CPU platform."""
@@ -77,7 +80,7 @@ def torch_stepper(model_name, mode):
     model, (x, y) = _make(model_name)
     model = model.to(device)
     x, y = x.to(device), y.to(device)
-    fused = mode.endswith("_fused")  # AdamW(fused=True): one kernel for the whole update
+    fused = "_fused" in mode  # AdamW(fused=True): one kernel for the whole update
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
                             foreach=not fused, fused=fused or None)
     fwd = model
@@ -115,6 +118,10 @@ def run_torch(model_name, mode, steps):
         s = torchtpu.compile_stats()
         extra = {"compilations": s["compilations"], "persistent_hits": s["persistent_hits"],
                  "eager_fallback_graphs": s["eager_fallback_graphs"]}
+    if mode.endswith("_precompile"):
+        import torch
+
+        torch.compiler.save_cache_artifacts()  # (after the timed steps)
     return times, loss.item(), extra
 
 
@@ -262,10 +269,13 @@ def _spawn(model_name, mode, steps, env):
     return json.loads(lines[0][len("RESULT "):])
 
 
-MODES = ["tpu_compiled", "tpu_compiled_fused", "tpu_eager", "jax", "cpu_eager", "inductor"]
+MODES = ["tpu_compiled", "tpu_compiled_fused", "tpu_compiled_fused_precompile", "tpu_eager", "jax", "cpu_eager",
+         "inductor"]
+WARM_MODES = ("tpu_compiled", "tpu_compiled_fused", "tpu_compiled_fused_precompile", "jax", "inductor")
 LABELS = {
     "tpu_compiled": "torchtpu compiled",
     "tpu_compiled_fused": "torchtpu compiled, AdamW(fused=True)",
+    "tpu_compiled_fused_precompile": "torchtpu compiled, AdamW(fused=True), caching precompile",
     "tpu_eager": "torchtpu eager",
     "jax": "hand-written jax.jit",
     "cpu_eager": "torch CPU eager",
@@ -333,8 +343,10 @@ def main():
                            TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
                 if mode == "jax":  # (torchtpu keeps JAX's own cache off: runtime/compile_cache.py)
                     env["JAX_COMPILATION_CACHE_DIR"] = os.path.join(cache, "jax")
+                if mode.endswith("_precompile"):
+                    env["TORCH_CACHING_PRECOMPILE"] = "1"
                 cold = _spawn(model_name, mode, args.steps, env)
-                warm = _spawn(model_name, mode, 3, env) if mode in ("tpu_compiled", "tpu_compiled_fused", "jax", "inductor") else None
+                warm = _spawn(model_name, mode, 3, env) if mode in WARM_MODES else None
             rows[mode] = (cold, warm)
         _print_table(model_name, rows)
     with tempfile.TemporaryDirectory() as cache:
@@ -360,9 +372,10 @@ def _print_table(model_name, rows):
           f"{f['steady'] / j['steady']:.2f}x with the fused AdamW step (target <= 1.1x)")
     print(f"- compiled vs torchtpu eager: {e['steady'] / c['steady']:.1f}x faster (target >= 3x)")
     print(f"- compiled first step vs inductor's: {c['first'] / ind['first']:.2f} of it (target <= 0.2)")
-    warm = rows["tpu_compiled"][1]
-    print(f"- warm-cache warm-up / cold: {warm['first'] / c['first']:.2f} (target <= 0.10); "
-          f"graphs loaded from disk: {warm.get('persistent_hits')} of {warm.get('compilations')}")
+    for mode, how in (("tpu_compiled", "compiled"), ("tpu_compiled_fused_precompile", "with caching precompile")):
+        cold, warm = rows[mode]
+        print(f"- warm-cache warm-up / cold, {how}: {warm['first'] / cold['first']:.2f} (target <= 0.10); "
+              f"graphs loaded from disk: {warm.get('persistent_hits')} of {warm.get('compilations')}")
     print(f"- compiled vs inductor steady step: {c['steady'] / ind['steady']:.2f}x (information: XLA:CPU vs inductor)")
 
 
