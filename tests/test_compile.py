@@ -674,6 +674,19 @@ def test_dynamic_symbolic_outputs_are_their_true_values():
         out = g(torch.ones(n, device="tpu"))
         assert out[1:] == f(torch.ones(n))[1:] and type(out[3]) is bool
 
+    # Boolean algebra on sizes (torch.sym_not, &, |) compiles too; it made the graph run op by op.
+    def flags(x):
+        small = torch.sym_not(x.shape[0] > 2)
+        return x * 2 + small, small, (x.shape[0] > 2) & (x.shape[0] < 4), (x.shape[0] == 2) | (x.shape[0] > 4)
+
+    for dynamic in (False, True):
+        g = torch.compile(flags, backend="tpu", dynamic=dynamic)
+        for n in (2, 3, 5):
+            out, ref = g(torch.ones(n, device="tpu")), flags(torch.ones(n))
+            assert_close(out[0], ref[0])
+            assert out[1:] == ref[1:]
+    assert _graph_stats()["eager_fallback_graphs"] == 0
+
     def attend(q, kv):
         return F.scaled_dot_product_attention(q, kv, kv, is_causal=q.shape[2] > 1)
 

@@ -883,6 +883,11 @@ SYMBOLIC_OPS = {
     operator.le,
     operator.gt,
     operator.ge,
+    operator.abs,
+    operator.not_,
+    operator.and_,
+    operator.or_,
+    operator.xor,
     math.ceil,
     math.floor,
     torch.sym_float,
@@ -890,6 +895,8 @@ SYMBOLIC_OPS = {
     torch.sym_max,
     torch.sym_min,
     torch.sym_sum,
+    torch.sym_not,
+    torch.sym_ite,
 }
 SIZE_QUERIES = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
 
