@@ -50,6 +50,17 @@ def test_arange_out_and_varying_end():
         assert torch.arange(n, device=TPU).shape == (n,)
 
 
+@pytest.mark.filterwarnings("ignore:torch.range is deprecated")
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((0, 1, 0.3), {}), ((1, 4), {}), ((0, 1, 0.1), {}), ((5, 1, -1), {}), ((0.5, 2.5, 0.5), {"dtype": torch.float64}),
+     ((-3, 5, 2), {"dtype": torch.int64}), ((1, 1), {"dtype": torch.int32}), ((0, 2, 0.25), {"dtype": torch.bfloat16})],
+)
+def test_range_end_inclusive(args, kwargs):
+    # torch.range (deprecated) ran on the CPU.
+    same(lambda d: torch.range(*args, device=d, **kwargs))
+
+
 def test_factories_respect_device_index():
     for make in (
         lambda: torch.arange(4, device="tpu:1"),

@@ -54,6 +54,18 @@ def arange_start_step(ctx, start, end, step=1, *rest):
     return _arange(ctx, start, step)
 
 
+# torch.range (deprecated; end inclusive): the same values as arange.
+@lower(aten.range.default, static=("start", "end"))
+def range_default(ctx, start, end, *rest):
+    return _arange(ctx, start, 1)
+
+
+@lower(aten.range.step, static=("start", "end", "step"))
+@lower(aten.range.out, static=("start", "end", "step"))
+def range_step(ctx, start, end, step=1, *rest):
+    return _arange(ctx, start, step)
+
+
 def _arange(ctx, start, step):
     dtype = ctx.out_dtype
     (n,) = ctx.out_shape
