@@ -663,6 +663,26 @@ def test_as_strided_of_an_intermediate(case):
     assert _graph_stats()["eager_fallback_graphs"] == (case != "own_elements")
 
 
+def test_write_through_bool_view_of_other_dtype_raises_not_wrong():
+    # The functional graph makes a bool value of x's bytes and views it back:
+    # a JAX bool keeps only 0/1, so every byte of x came back 0 or 1.  Raise
+    # (eager mode keeps the bytes); reading a bool view still compiles.
+    def write(x):
+        x.view(torch.bool)[1, :5] = True
+        return x
+
+    x = torch.arange(6.0).reshape(3, 2) + 0.5
+    with pytest.raises(Exception, match="bool view of a torch.float32 tensor"):
+        torch.compile(write, backend="tpu")(x.to("tpu"))
+    assert torch.equal(write(x.to("tpu")).cpu(), write(x.clone()))
+
+    def read(x):
+        return x.view(torch.bool).sum(), x.view(torch.uint8).view(torch.bool).float().mean()
+
+    got = torch.compile(read, backend="tpu")(x.to("tpu"))
+    assert [g.item() for g in got] == [r.item() for r in read(x)]
+
+
 def test_dynamic_symbolic_outputs_are_their_true_values():
     # A size comparison returned by a graph (dynamo breaks at
     # `sdpa(is_causal=q.shape[2] > 1)` and returns the SymBool) came back None.

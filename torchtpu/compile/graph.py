@@ -44,6 +44,30 @@ class Unlowerable(Exception):
     """A node this backend cannot lower (the graph then runs op by op)."""
 
 
+def _reject_bool_views_written_back_as_bytes(gm):
+    """`x.view(torch.bool)[...] = True` on a tensor of another dtype: the
+    functional graph computes a bool value from x's bytes and views it back
+    as x's dtype, but a JAX bool holds only 0/1, so every other byte of x
+    would be lost -- in the executable and op by op alike.  Eager mode keeps
+    the bytes (it writes into the storage), so raise and say so."""
+    from_bytes = set()  # bool values made from another dtype's bytes
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in (aten.view.dtype, aten.view_copy.dtype):
+            source, target = _meta(node.args[0]).dtype, node.args[1]
+            if target == torch.bool and source != torch.bool:
+                from_bytes.add(node)
+            elif source == torch.bool and target != torch.bool and node.args[0] in from_bytes:
+                raise NotImplementedError(
+                    f"torchtpu: writing through a bool view of a {target} tensor (x.view(torch.bool)[...] = ...) "
+                    "inside torch.compile would lose the tensor's other bytes; do that write outside the "
+                    "compiled region (eager mode keeps them)"
+                )
+        elif any(i in from_bytes for i in node.all_input_nodes) and getattr(_meta(node), "dtype", None) == torch.bool:
+            from_bytes.add(node)
+
+
 def _flat_meta(val):
     if isinstance(val, (tuple, list)):
         return [v if isinstance(v, torch.Tensor) or v is None else None for v in val]
@@ -101,6 +125,7 @@ class GraphLowering:
                 raise Unlowerable(f"FX node kind {node.op} ({node.target})")
         if self.subgraphs and self.symbolic:
             raise Unlowerable("torch.cond / while_loop in a dynamic-shape graph")
+        _reject_bool_views_written_back_as_bytes(gm)
         returned = []
         map_arg(self.output_node.args[0], returned.append)
         if any(n in self.from_constants and not _is_tpu_or_scalar(_meta(n)) for n in returned):
