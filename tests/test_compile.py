@@ -525,6 +525,29 @@ def test_precompile_second_process_skips_tracing(tmp_path):
     assert compiled2 == disk2 == compiled1 >= 2  # every executable from disk
 
 
+def test_bundled_aot_cache_hit_runs_with_the_calls_options(tmp_path, monkeypatch):
+    # AOTAutograd's bundled cache keys a graph without the backend's options:
+    # a hit for a call with other options ran with the saved ones (no dumps).
+    import torch._functorch.config as functorch_config
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torch"))
+    monkeypatch.setattr(functorch_config, "bundled_autograd_cache", True)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)).to("tpu")
+    x = torch.randn(4, 8, device="tpu")
+    with torch.no_grad():
+        expected = torch.compile(net, backend="tpu", options={"xla_opt_level": 1})(x)
+        torch._dynamo.reset()
+        counters.clear()
+        dumps = tmp_path / "dumps"
+        got = torch.compile(net, backend="tpu", options={"dump_dir": str(dumps)})(x)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+    assert torch.equal(got.cpu(), expected.cpu())
+    files = sorted(p.name for p in dumps.iterdir())
+    assert any(f.endswith(".fx.py") for f in files) and any(f.endswith(".stablehlo.mlir") for f in files), files
+
+
 def test_dynamic_sizes_kept_exact_do_not_share_executables_with_buckets(tmp_path):
     # flip(0) has no padding rule: the batch size is kept exact after the
     # first try, and an executable for exactly 4 rows is stored.  A new

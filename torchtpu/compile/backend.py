@@ -12,7 +12,7 @@ import torch
 from ..ops.registry import LOWERINGS, VIEW_LOWERINGS, find_graph_lowering
 from ..runtime.gc_pause import gc_paused
 from .options import Options
-from .output_code import TpuGraphCode, caches_keep_graphs, graph_runner, prepare
+from .output_code import TpuGraphCode, caches_keep_graphs, compiling_with, graph_runner, prepare
 
 _counter = itertools.count()
 
@@ -70,5 +70,5 @@ def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
         decompositions=decompositions(),
         keep_inference_input_mutations=True,
     )
-    with gc_paused():  # AOTAutograd's tracing and partitioning
+    with gc_paused(), compiling_with(opts):  # AOTAutograd's tracing and partitioning (or its cache)
         return backend(upstream_fixes.rewrite(gm), example_inputs)

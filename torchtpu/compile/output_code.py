@@ -9,6 +9,8 @@ loads it skips dynamo's and AOTAutograd's tracing and only rebuilds the
 runner (whose XLA executables come from torchtpu's persistent cache).
 Otherwise the compilers return the runner itself, as before."""
 
+import contextlib
+import contextvars
 import dataclasses
 import logging
 from typing import Any
@@ -22,6 +24,21 @@ from .options import Options
 from .runner import CompiledGraph
 
 log = logging.getLogger("torchtpu.compile")
+
+# The options of the torch.compile call being compiled.  AOTAutograd's cache
+# key leaves them out, so a graph it loads for that call runs with these,
+# not with those it was saved with; a graph that dynamo's precompile loads
+# (no backend call) keeps its saved ones.
+_calling_options = contextvars.ContextVar("torchtpu_compile_options", default=None)
+
+
+@contextlib.contextmanager
+def compiling_with(options):
+    token = _calling_options.set(options)
+    try:
+        yield
+    finally:
+        _calling_options.reset(token)
 
 
 def caches_keep_graphs() -> bool:
@@ -109,7 +126,9 @@ class TpuGraphCode(OutputCode):
         gm = GraphPickler.loads(self._serialized_gm, FakeTensorMode(shape_env=ShapeEnv()))
         gm.recompile()
         prepare()
-        self._run = graph_runner(gm, self.name, Options(self.options))
+        options = _calling_options.get() or Options(self.options)
+        options.dump_graph(self.name, gm)
+        self._run = graph_runner(gm, self.name, options)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass
