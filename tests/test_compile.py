@@ -717,10 +717,12 @@ def test_dynamic_symbolic_outputs_are_their_true_values():
         out = g(torch.ones(n, device="tpu"))
         assert out[1:] == f(torch.ones(n))[1:] and type(out[3]) is bool
 
-    # Boolean algebra on sizes (torch.sym_not, &, |) compiles too; it made the graph run op by op.
+    # Boolean algebra on sizes (torch.sym_not, &, |) and int() of a size ratio
+    # (math.trunc: Swin's window_reverse) compile too; they made the graph run op by op.
     def flags(x):
         small = torch.sym_not(x.shape[0] > 2)
-        return x * 2 + small, small, (x.shape[0] > 2) & (x.shape[0] < 4), (x.shape[0] == 2) | (x.shape[0] > 4)
+        half = int(x.shape[0] / 2)
+        return x * 2 + small + half, small, (x.shape[0] > 2) & (x.shape[0] < 4), (x.shape[0] == 2) | (x.shape[0] > 4)
 
     for dynamic in (False, True):
         g = torch.compile(flags, backend="tpu", dynamic=dynamic)

@@ -890,6 +890,7 @@ SYMBOLIC_OPS = {
     operator.xor,
     math.ceil,
     math.floor,
+    math.trunc,
     torch.sym_float,
     torch.sym_int,
     torch.sym_max,
