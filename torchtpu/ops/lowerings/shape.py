@@ -235,7 +235,23 @@ def slice_scatter(ctx, self, src, dim=0, start=None, end=None, step=1):
         # (not a scatter: XLA:CPU aborted the process on a scatter covering
         # all of self followed by reverse + cumsum -- cumsum's backward)
         return lax.dynamic_update_slice_in_dim(self, src, start, axis=dim)
-    return self.at[(slice(None),) * dim + (slice(start, end, step),)].set(src)
+    return _strided_set(self, src, dim, start, end, step)
+
+
+def _strided_set(self, src, dim, start, end, step):
+    """self with src at start, start + step, ... (< end) along dim, as a
+    select instead of a scatter: XLA:CPU fused a scatter's in-place update
+    with an update computed from self through a reversal (`x[::2, 1:].add_(
+    x[::2, 1:].flip(0))` in a compiled graph read rows it had already
+    written)."""
+    n, count = self.shape[dim], src.shape[dim]
+    spread = jnp.repeat(src, step, axis=dim)  # src[j] at j * step .. j * step + step - 1
+    widths = [(0, 0)] * self.ndim
+    widths[dim] = (start, max(0, n - start - count * step))
+    spread = lax.slice_in_dim(jnp.pad(spread, widths), 0, n, axis=dim)
+    i = lax.broadcasted_iota(jnp.int32, self.shape, dim)
+    chosen = (i >= start) & (i < end) & ((i - start) % step == 0)
+    return jnp.where(chosen, spread, self)
 
 
 def _positions(sizes, strides, offset):
