@@ -133,6 +133,7 @@ at::Generator new_generator(c10::DeviceIndex device) {
   if (device < 0) {
     device = current_device();
   }
+  check_device_index(device);  // (torch.Generator("tpu:9") with 4 devices: CUDA raises too)
   return at::make_generator<TpuGeneratorImpl>(device);
 }
 

@@ -250,6 +250,51 @@ def test_cuda_names_code_calls_unconditionally():
     torch.tpu.ipc_collect()
 
 
+def test_a_device_that_does_not_exist_is_rejected():
+    # synchronize and Generator accepted any ordinal (CUDA raises for both).
+    count = torch.tpu.device_count()
+    for device in (count, f"tpu:{count + 5}", -3):
+        with pytest.raises(RuntimeError, match="Invalid device argument"):
+            torch.tpu.synchronize(device)
+    with pytest.raises(RuntimeError, match="device"):
+        torch.Generator(f"tpu:{count}")
+    torch.tpu.synchronize(count - 1)
+    assert torch.Generator(f"tpu:{count - 1}").device == torch.device("tpu", count - 1)
+
+
+def test_tpu_amp_keeps_cudas_deprecated_names():
+    # torch.cuda.amp.autocast / GradScaler / custom_fwd still exist (deprecated).
+    w = torch.randn(4, 4, device="tpu")
+    with pytest.warns(FutureWarning, match="torch.tpu.amp.autocast"):
+        ctx = torch.tpu.amp.autocast(dtype=torch.bfloat16)
+    with ctx:
+        assert (w @ w).dtype == torch.bfloat16
+    with pytest.warns(FutureWarning):
+        scaler = torch.tpu.amp.GradScaler(init_scale=8.0)
+    assert scaler.get_scale() == 8.0 and scaler._device == "tpu"
+
+    with pytest.warns(FutureWarning):
+        class Square(torch.autograd.Function):
+            @staticmethod
+            @torch.tpu.amp.custom_fwd(cast_inputs=torch.float32)
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            @torch.tpu.amp.custom_bwd
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return 2 * x * grad
+
+    x = torch.ones(3, device="tpu", dtype=torch.bfloat16, requires_grad=True)
+    with torch.autocast("tpu", dtype=torch.bfloat16):
+        y = Square.apply(x)
+    assert y.dtype == torch.float32
+    y.sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.full((3,), 2.0, dtype=torch.bfloat16))
+
+
 def test_synchronize_and_memory_basics():
     before = torch.tpu.memory_allocated()
     x = torch.ones(1024, 1024, device="tpu")

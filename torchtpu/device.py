@@ -48,6 +48,16 @@ def _index(device) -> int:
     return device.index if device.index is not None else current_device()
 
 
+def _checked_index(device) -> int:
+    """The device's index, which must name a device (CUDA rejects an ordinal
+    it has no device for)."""
+    i = _index(device)
+    count = device_count()
+    if not 0 <= i < count:
+        raise RuntimeError(f"Invalid device argument {i}: torchtpu has {count} tpu device(s)")
+    return i
+
+
 def set_device(device) -> None:
     index = _index(device)
     if index >= 0:
@@ -76,13 +86,13 @@ def synchronize(device=None) -> None:
     """Wait until all work submitted to the device (every device if None) is
     done -- kernels, transfers and recorded events -- and raise the first
     failed device-side check, as CUDA raises a device-side assert."""
+    index = None if device is None else _checked_index(device)
     if not _initialized:
         return
     from . import streams
     from .runtime import boxes, devices
 
     boxes.drain()
-    index = None if device is None else _index(device)
     arrays = [entry[0] for entry in list(boxes.boxes.values())]
     if index is not None:
         target = devices.jax_device(index)
@@ -335,3 +345,4 @@ from .memory import *  # noqa: E402,F401,F403
 from .memory import __all__ as _memory_all  # noqa: E402
 from .streams import *  # noqa: E402,F401,F403
 from .streams import __all__ as _streams_all  # noqa: E402
+from . import amp  # noqa: E402,F401  (torch.tpu.amp, as torch.cuda.amp)

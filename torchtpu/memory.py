@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from . import _C
+from .device import _checked_index as _index
 
 __all__ = [
     "memory",
@@ -60,18 +61,6 @@ __all__ = [
 
 # torch.tpu.memory: this module (exported through __all__).
 memory = sys.modules[__name__]
-
-
-def _index(device) -> int:
-    """The device's index, checked (CUDA's allocator rejects an index it
-    has no device for; ours read as an empty device)."""
-    from .device import _index as index
-
-    i = index(device)
-    count = _C._device_count()
-    if not 0 <= i < count:
-        raise RuntimeError(f"Invalid device argument {i}: torchtpu has {count} tpu device(s)")
-    return i
 
 
 # ------------------------------------------------------------ capacity
