@@ -532,11 +532,11 @@ def test_bundled_aot_cache_hit_runs_with_the_calls_options(tmp_path, monkeypatch
     from torch._dynamo.utils import counters
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torch"))
-    monkeypatch.setattr(functorch_config, "bundled_autograd_cache", True)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)).to("tpu")
     x = torch.randn(4, 8, device="tpu")
-    with torch.no_grad():
+    # (config.patch, not monkeypatch.setattr: undoing that deletes the config entry)
+    with torch.no_grad(), functorch_config.patch(bundled_autograd_cache=True):
         expected = torch.compile(net, backend="tpu", options={"xla_opt_level": 1})(x)
         torch._dynamo.reset()
         counters.clear()
