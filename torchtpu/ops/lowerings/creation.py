@@ -43,26 +43,19 @@ def arange_end(ctx, end, *rest):
     return _arange(ctx, 0, 1)
 
 
+# torch.range (deprecated; end inclusive) has arange's values; its meta
+# kernel gives the inclusive length.
 @lower(aten.arange.start, static=("start", "end"))
+@lower(aten.range.default, static=("start", "end"))
 def arange_start(ctx, start, end, *rest):
     return _arange(ctx, start, 1)
 
 
 @lower(aten.arange.start_step, static=("start", "end", "step"))
 @lower(aten.arange.start_out, static=("start", "end", "step"))
-def arange_start_step(ctx, start, end, step=1, *rest):
-    return _arange(ctx, start, step)
-
-
-# torch.range (deprecated; end inclusive): the same values as arange.
-@lower(aten.range.default, static=("start", "end"))
-def range_default(ctx, start, end, *rest):
-    return _arange(ctx, start, 1)
-
-
 @lower(aten.range.step, static=("start", "end", "step"))
 @lower(aten.range.out, static=("start", "end", "step"))
-def range_step(ctx, start, end, step=1, *rest):
+def arange_start_step(ctx, start, end, step=1, *rest):
     return _arange(ctx, start, step)
 
 
