@@ -1026,17 +1026,100 @@ def test_dynamic_python_sum_of_sizes_compiles_whole():
     assert _graph_stats()["eager_fallback_graphs"] == 0
 
 
-def test_dynamic_integer_arguments_keep_their_value():
-    # An int argument becomes a symbol under dynamic=True like a size; a size
-    # is padded up to its bucket, an index or a count must not be (row 3 read
-    # as row 4; a select past the end crashed).
+def test_dynamic_integer_arguments_as_an_index_and_a_count():
+    # An int argument becomes a symbol under dynamic=True like a size, and is
+    # bucketed like one: as an index it is traced, as a count (x[:n]) the
+    # slice is padded and masked.  Read at its padded value, row 3 was read
+    # as row 4 and a select past the end crashed.
     def f(x, i, n):
         return x.select(0, i) * 2 + x[:n].sum(0)
 
     compiled = torch.compile(f, backend="tpu", dynamic=True)
     x = torch.randn(8, 3)
-    for i, n in ((3, 5), (5, 3), (6, 7), (2, 2)):
+    for i, n in ((3, 5), (5, 3), (6, 7), (2, 2), (-1, 8)):
         assert_close(compiled(x.to("tpu"), i, n), f(x, i, n), **TOL)
+
+
+class _StaticCacheAttention(torch.nn.Module):
+    """Meta's Llama reference decoding: a preallocated KV cache written at
+    `start_pos` and read up to `start_pos + seqlen`, a RoPE-like table sliced
+    at `start_pos`, and a prefix mask `hstack([zeros(n, start_pos), triu])`."""
+
+    def __init__(self, max_len=24, dim=8):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(dim, dim) for _ in range(3))
+        self.register_buffer("cache_k", torch.zeros(2, max_len, dim))
+        self.register_buffer("cache_v", torch.zeros(2, max_len, dim))
+        self.register_buffer("table", torch.randn(max_len, dim))
+
+    def forward(self, x, start_pos):
+        n = x.shape[1]
+        x = x + self.table[start_pos : start_pos + n]
+        self.cache_k[:, start_pos : start_pos + n] = self.k(x)
+        self.cache_v[:, start_pos : start_pos + n] = self.v(x)
+        keys, values = self.cache_k[:, : start_pos + n], self.cache_v[:, : start_pos + n]
+        scores = self.q(x) @ keys.transpose(1, 2)
+        if n > 1:
+            mask = torch.full((n, n), float("-inf"), device=x.device).triu(1)
+            scores = scores + torch.hstack([torch.zeros((n, start_pos), device=x.device), mask])
+        return scores.softmax(-1) @ values
+
+
+def test_dynamic_kv_cache_written_at_an_integer_position_is_bucketed():
+    """A decode loop over a static cache: the position is traced, the read
+    length padded up to its bucket -- right values at every position up to
+    the cache's end (the last bucket reaches past it), one executable per
+    bucket instead of one per position."""
+    torch.manual_seed(0)
+    model = _StaticCacheAttention()
+    tpu_model = copy.deepcopy(model).to("tpu")
+    step = torch.compile(lambda m, x, p: m(x, p), backend="tpu", dynamic=True)
+    with torch.no_grad():
+        prompt = torch.randn(2, 3, 8)
+        for pos, x in [(0, prompt), (3, torch.randn(2, 2, 8))] + [(p, torch.randn(2, 1, 8)) for p in range(5, 24)]:
+            assert_close(step(tpu_model, x.to("tpu"), pos), model(x, pos), **TOL)
+            assert_close(tpu_model.cache_k, model.cache_k, **TOL)
+    stats = _graph_stats()
+    assert stats["eager_fallback_graphs"] == 0
+    # prefill at 0 and at 3; decode at 5..22: buckets 8, 16, 32; at 23
+    # dynamo traces a graph of its own (reading the whole cache is an alias)
+    assert stats["compilations"] <= 6, stats["per_graph"]
+
+
+_INTEGER_POSITION_CASES = {
+    # (function of x (6, 10) and an int p in 0..6, values of p)
+    "slice at p": lambda x, p: x[:, p : p + 3] * 2,
+    "narrow at p": lambda x, p: x.narrow(1, p, 4).sum(1),
+    "select at p": lambda x, p: x[:, p] + x[:, p + 1],
+    "select from the end": lambda x, p: x[:, -p - 1] * 2,
+    "prefix to p": lambda x, p: x[:, : p + 1].softmax(-1).sum(-1),
+    "slice_scatter at p": lambda x, p: x.clone().index_put_((torch.arange(6, device=x.device),), x[:, :1])
+    .slice_scatter(x[:, :3] * 2, 1, p, p + 3),
+    "written at p in place": lambda x, p: _written_at(x.clone(), p),
+    "from p to the end": lambda x, p: x[:, p:] * 2,  # (shrinks as p grows: kept exact)
+}
+
+
+def _written_at(x, p):
+    x[:, p : p + 2] = x[:, :2] * 3
+    x[:, p + 2] = -1.0
+    return x
+
+
+@pytest.mark.parametrize("name", sorted(_INTEGER_POSITION_CASES))
+def test_dynamic_integer_positions_are_traced(name):
+    fn = _INTEGER_POSITION_CASES[name]
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    x = torch.randn(6, 10, requires_grad=True)
+    tpu_x = x.detach().to("tpu").requires_grad_()
+    for p in (2, 3, 5, 6, 4, 0, 1):
+        want, got = fn(x, p), compiled(tpu_x, p)
+        assert_close(got, want, **TOL)
+        w = torch.randn(want.shape)
+        (grad,) = torch.autograd.grad((want * w).sum(), x)
+        (tpu_grad,) = torch.autograd.grad((got * w.to("tpu")).sum(), tpu_x)
+        assert_close(tpu_grad, grad, **TOL)
+    assert _graph_stats()["eager_fallback_graphs"] == 0
 
 
 def test_dynamic_bfloat16_training_matches_cpu():

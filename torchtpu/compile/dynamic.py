@@ -23,6 +23,7 @@ import torch
 from jax import lax
 
 from ..ops.registry import VIEW_LOWERINGS
+from . import dynamic_positions
 
 aten = torch.ops.aten
 
@@ -65,12 +66,15 @@ class Shapes:
         self.layouts, self.unpaddable_merged = merged
 
     @classmethod
-    def for_call(cls, true_values: dict, policy, sizes, merged=({}, set())):
-        """Symbols in `sizes` (dims of the tensor inputs) go up to their
-        bucket; the others (integer arguments: an index, a count) keep their
-        value, so the executable is specialised to it as without dynamic."""
-        padded = {s: bucket(v, policy) if s in sizes else v for s, v in true_values.items()}
-        return cls(true_values, padded, {s for s in true_values if s in sizes}, merged)
+    def for_call(cls, true_values: dict, policy, bucketed, merged=({}, set())):
+        """The symbols in `bucketed` go up to their bucket -- sizes of tensor
+        inputs, and integer arguments (a position, a count), which become
+        sizes of values inside the graph (`cache[:, : pos + 1]`) or positions
+        traced at their true value (dynamic_positions.py); where one cannot
+        be (an index into a padded dim) the graph is Unpaddable for it and
+        it keeps its value.  The others keep their value."""
+        padded = {s: bucket(v, policy) if s in bucketed else v for s, v in true_values.items()}
+        return cls(true_values, padded, {s for s in true_values if s in bucketed}, merged)
 
     def traced(self, true_values: dict):
         """These shapes inside the executable: bucketed symbols' true values
@@ -80,12 +84,14 @@ class Shapes:
 
     def check_merged(self):
         """Unpaddable if a padded merged size is in two layouts or read by
-        position (merged_layouts): its symbols are kept exact."""
+        position, or shrinks as a symbol grows (merged_layouts): its symbols
+        are kept exact."""
         symbols = set()
         for expr in self.unpaddable_merged:
             symbols |= expr.free_symbols & self.bucketed
         if symbols:
-            raise Unpaddable("a merged dim (B*T) in two layouts or read by position", symbols)
+            raise Unpaddable("a merged dim (B*T) in two layouts or read by position, or a size that shrinks "
+                             "as a symbol grows (n - p)", symbols)
 
     def key(self):
         """Padded sizes, and which are bucketed: an executable for true size 4
@@ -350,8 +356,9 @@ def merged_layouts(gm):
     the view that made it, or of its operands; the graph's inputs and fresh
     values of a merged size take the layout every view of that size agrees
     on (the size itself -- a plain prefix -- when no view touches it).
-    Padding cannot serve a size read by position (a slice of B*T rows) or
-    one whose values meet in two layouts (B*T rows added to T*B rows)."""
+    Padding cannot serve a size read by position (a slice of B*T rows), one
+    whose values meet in two layouts (B*T rows added to T*B rows), or one
+    that shrinks as a symbol grows (_grows)."""
     consensus = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in RESHAPES:
@@ -359,7 +366,7 @@ def merged_layouts(gm):
                 consensus[e] = run if consensus.get(e, run) == run else None
     layouts = {e: consensus.get(e, (e,)) for e in _all_merged(gm)}
     layouts = {e: run for e, run in layouts.items() if run is not None}
-    of_value, blocked = {}, set()
+    of_value, blocked = {}, {e for e in _all_merged(gm) if not grows(e)}
     for node in gm.graph.nodes:
         own = _merged_sizes(_meta(node))
         if node.op == "placeholder":
@@ -389,6 +396,27 @@ def merged_layouts(gm):
             seen = {e: layouts[e] for e in own if e in layouts}
         of_value[node] = {e: run for e, run in seen.items() if e in own}
     return layouts, blocked
+
+
+def grows(expr):
+    """Whether a size never shrinks as its symbols grow (p + 1, B*T, the
+    (n - 3) // 2 + 1 of a convolution): padded up, it is at least its true
+    size.  `n - p` (a slice from a position to the end) is not."""
+    if not expr.free_symbols or isinstance(expr, sympy.Symbol):
+        return True
+    if isinstance(expr, sympy.Add):
+        return all(grows(term) for term in expr.args)
+    if isinstance(expr, sympy.Mul):
+        coefficient, rest = expr.as_coeff_Mul()
+        return coefficient >= 0 and all(grows(f) for f in sympy.Mul.make_args(rest))
+    if isinstance(expr, sympy.Pow):
+        return isinstance(expr.exp, sympy.Integer) and expr.exp > 0 and grows(expr.base)
+    name = type(expr).__name__
+    if name in ("FloorDiv", "CeilDiv", "CleanDiv", "IntTrueDiv"):
+        return grows(expr.args[0]) and isinstance(expr.args[1], sympy.Integer) and expr.args[1] > 0
+    if name in ("Max", "Min"):
+        return all(grows(a) for a in expr.args)
+    return False
 
 
 def _view_runs(node):
@@ -461,12 +489,22 @@ def _dims(dim, ndim):
 
 # Arguments that are positions along a dim, not sizes: evaluated at padded
 # sizes they point elsewhere (x[n // 2] would read the padded n's middle,
-# split's later pieces would start late), so their symbols are kept exact.
+# split's later pieces would start late), so their symbols are kept exact
+# (unless dynamic_positions traces them).  So are integer arguments that are
+# values, not sizes: an ignore_index, a padding_idx, randint's bounds, k.
 POSITION_ARGS = {
     aten.slice.Tensor: (2,), aten.narrow.default: (2,), aten.select.int: (2,), aten.split.Tensor: (1,),
     aten.split_with_sizes.default: (1,), aten.slice_scatter.default: (3,), aten.select_scatter.default: (3,),
     aten.diagonal.default: (1,), aten.roll.default: (1,), aten.constant_pad_nd.default: (1,),
     aten.as_strided.default: (3,), aten.tril.default: (1,), aten.triu.default: (1,),
+    aten.as_strided_scatter.default: (4,), aten.kthvalue.default: (1,), aten.multinomial.default: (1,),
+    aten.randperm.default: (0,), aten.randperm.generator: (0,),
+    aten.randint.default: (0,), aten.randint.generator: (0,), aten.randint.low: (0, 1),
+    aten.randint.low_generator: (0, 1), aten.randint_like.default: (1,), aten.randint_like.generator: (1,),
+    aten.randint_like.low_dtype: (1, 2), aten.randint_like.low_generator_dtype: (1, 2),
+    aten.embedding.default: (2,), aten.embedding_dense_backward.default: (3,),
+    aten.nll_loss_forward.default: (4,), aten.nll_loss_backward.default: (5,),
+    aten.nll_loss2d_forward.default: (4,), aten.nll_loss2d_backward.default: (5,),
 }  # fmt: skip
 
 # Where a slice ends (narrow: its length), at this argument: along a padded
@@ -488,6 +526,8 @@ class MaskRules:
     def prepare(self, node, op, values, masks, in_metas, out_meta, lowering_fn, ctx):
         """values: schema-normalised args (tensors as arrays); masks: same
         positions, a mask or None.  Returns (result, out_masks)."""
+        if dynamic_positions.applies(self.shapes, op, in_metas):
+            return dynamic_positions.lower(self.shapes, op, values, masks, in_metas, out_meta)
         self._check_positions(op, in_metas)
         if any(isinstance(m, list) for m in masks):
             return self._tensor_list(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
@@ -519,8 +559,8 @@ class MaskRules:
             mask = lowering_fn(ctx, _full(masks[0], jnp.shape(x)), *values[1:])
             if op == aten.unfold.default:  # a window is real only if all its elements are
                 mask = jnp.all(mask, axis=-1, keepdims=True)
-            if op in (aten.slice.Tensor, aten.narrow.default):
-                mask = self._sliced_to_a_padded_size(mask, values, in_metas, out_meta)
+            if op == aten.expand.default:
+                mask = self._expanded_to_a_padded_size(mask, in_metas[0], out_meta[0])
             return result, list(mask) if isinstance(mask, (tuple, list)) else [mask]
         if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE:
             return self._reduction(op, values, masks, lowering_fn, ctx)
@@ -572,32 +612,26 @@ class MaskRules:
             raise Unpaddable(f"{op} with padded boundaries", self.shapes.padded_symbols([in_metas[1]]))
         return fn(ctx, *values), [masks[0]]
 
-    def _sliced_to_a_padded_size(self, mask, values, in_metas, out_meta):
-        """A dim that is not padded, sliced to a padded size (a static
-        buffer's `causal_mask[:T, :T]`, the buffer padded along its other
-        dim): the slice's positions past the true size are padding, though
-        the input's mask says they are real."""
-        meta, out = in_metas[0], out_meta[0]
-        dim = values[1] % max(meta.dim(), 1)
-        if self.shapes.is_padded_dim(meta.shape[dim]) or not self.shapes.is_padded_dim(out.shape[dim]):
+    def _expanded_to_a_padded_size(self, mask, meta, out):
+        """A dim of size 1 (or a new one) expanded to a padded size (a sum's
+        gradient spread over the summed dim): its positions past the true
+        size are padding, though the input's mask says they are real."""
+        offset = out.dim() - meta.dim()
+        dims = [d for d in self.shapes.padded_dims(out) if d < offset or meta.shape[d - offset] == 1]
+        if not dims:
             return mask
-        shape = self.shapes.shape(out.shape)
-        return _full(mask, shape) & self.shapes.prefix_mask(out, dims=[dim])
+        return mask & self.shapes.prefix_mask(out, dims=dims)
 
     def _padded_dim_end(self, op, in_metas):
-        """The bucketed symbols of a slice's end along a padded dim (END_ARGS),
-        or past the end of a dim that is not padded (a 12-row position table
-        sliced to T = 9, padded to 16: there are no 16 rows to take)."""
+        """The bucketed symbols of a slice's end (END_ARGS) along a padded dim,
+        unless it is the dim's whole size (x[:, :n]); along a dim that is not
+        padded, of a strided slice (dynamic_positions takes the others)."""
         i = END_ARGS.get(op)
         if i is None or i >= len(in_metas) or not isinstance(in_metas[i], torch.SymInt):
             return set()
         meta, dim = in_metas[0], in_metas[i - 2] if in_metas[i - 2] is not None else 0
         size = meta.shape[dim % max(meta.dim(), 1)]
-        end = in_metas[i] if op is not aten.narrow.default else in_metas[2] + in_metas[3]
-        if self.shapes.is_padded_dim(size):
-            if _expr(in_metas[i]) == _expr(size):
-                return set()
-        elif self.shapes.size_of(_expr(end)) <= self.shapes.size(size):
+        if self.shapes.is_padded_dim(size) and _expr(in_metas[i]) == _expr(size):
             return set()
         return _expr(in_metas[i]).free_symbols & self.shapes.bucketed
 

@@ -28,11 +28,11 @@ class _DynamicExecutable:
 
 
 def _symbol_values(graph, args):
-    """True value of every symbol that appears alone as a size or scalar,
-    and the set of those that are sizes of tensor inputs."""
+    """True value of every symbol that appears alone as a size of a tensor
+    input or as an integer argument."""
     import sympy
 
-    values, sizes = {}, set()
+    values = {}
     for node, a in zip(graph.placeholders, args):
         meta = node.meta.get("val")
         if isinstance(meta, torch.SymInt) and isinstance(meta.node.expr, sympy.Symbol):
@@ -41,8 +41,7 @@ def _symbol_values(graph, args):
             for d, n in enumerate(meta.shape):
                 if isinstance(n, torch.SymInt) and isinstance(n.node.expr, sympy.Symbol):
                     values[n.node.expr] = int(a.shape[d])
-                    sizes.add(n.node.expr)
-    return values, sizes
+    return values
 
 
 _pad_kernels: dict = {}
@@ -122,11 +121,12 @@ class DynamicCalls:
 
         boxes.drain()
         graph = self.graph
-        true_values, sizes = _symbol_values(graph, args)
+        true_values = _symbol_values(graph, args)
         policy = "exact" if self.exact else self.options.dynamic_buckets
         if self.merged is None:
             self.merged = merged_layouts(graph.gm)
-        shapes = Shapes.for_call(true_values, policy, sizes - self.exact_symbols - graph.host_input_symbols, self.merged)
+        bucketed = set(true_values) - self.exact_symbols - graph.host_input_symbols
+        shapes = Shapes.for_call(true_values, policy, bucketed, self.merged)
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype(), self.exact, shapes.key()]
         padded = []  # placeholder index -> padded array, for inputs with symbolic dims
