@@ -903,7 +903,31 @@ _PADDED_CASES = {
     "cat along the padded dim": lambda x: torch.cat([x, x * 2, x[..., :1]], -1) + 1,
     "cat across it": lambda x: torch.cat([x, x * 2], 0).softmax(-1),
     "stack": lambda x: torch.stack([x, x * 2], 1).sum(-1),
+    # a padded size reached by expand (the backward of a sum spreads the
+    # gradient over the summed dim)
+    "expand of a sum": lambda x: x.sum(-1, keepdim=True).expand_as(x),
+    # a padded embedding dim (found by a probe: the columns' mask was dropped)
+    "embedding of a padded table": lambda x: F.embedding(torch.tensor([[0, 1], [1, 0]], device=x.device), x) * 2,
 }
+
+
+def test_dynamic_slice_written_into_a_clone_trains():
+    # The backward reads the clone's strides (found by a probe: aten.sym_stride
+    # raised Unpaddable to the user).
+    def fn(cache, k):
+        cache = cache.clone()
+        cache[:, 2:5] = k
+        return cache
+
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for n in (32, 20, 9):
+        cache, k = torch.randn(2, n, 4, requires_grad=True), torch.randn(2, 3, 4, requires_grad=True)
+        tpu_cache, tpu_k = (t.detach().to("tpu").requires_grad_() for t in (cache, k))
+        w = torch.randn(2, n, 4)
+        (fn(cache, k) * w).sum().backward()
+        (compiled(tpu_cache, tpu_k) * w.to("tpu")).sum().backward()
+        assert_close(tpu_cache.grad, cache.grad, **TOL)
+        assert_close(tpu_k.grad, k.grad, **TOL)
 
 
 @pytest.mark.parametrize("name", sorted(_PADDED_CASES))
@@ -1098,6 +1122,21 @@ _INTEGER_POSITION_CASES = {
     "written at p in place": lambda x, p: _written_at(x.clone(), p),
     "from p to the end": lambda x, p: x[:, p:] * 2,  # (shrinks as p grows: kept exact)
 }
+
+
+def test_dynamic_integer_argument_shrinking_a_static_tensor_and_as_a_count():
+    # w[:, p:] of a parameter: its size 24 - p shrinks as p grows, so p keeps
+    # its value (found by a probe: the backward padded its gradient input by
+    # a negative width); topk's k padded past the dim has nothing to take.
+    w = torch.nn.Parameter(torch.randn(3, 24))
+    tpu_w = torch.nn.Parameter(w.detach().to("tpu"))
+    fn = torch.compile(lambda w, p, k: w[:, p:].log_softmax(1).topk(k, 1).values, backend="tpu", dynamic=True)
+    for p, k in ((3, 2), (5, 17), (9, 3), (2, 13)):
+        want, got = w[:, p:].log_softmax(1).topk(k, 1).values, fn(tpu_w, p, k)
+        assert_close(got, want, **TOL)
+        (grad,) = torch.autograd.grad(want.exp().sum(), w)
+        (tpu_grad,) = torch.autograd.grad(got.exp().sum(), tpu_w)
+        assert_close(tpu_grad, grad, **TOL)
 
 
 def _written_at(x, p):

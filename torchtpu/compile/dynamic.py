@@ -491,7 +491,8 @@ def _dims(dim, ndim):
 # sizes they point elsewhere (x[n // 2] would read the padded n's middle,
 # split's later pieces would start late), so their symbols are kept exact
 # (unless dynamic_positions traces them).  So are integer arguments that are
-# values, not sizes: an ignore_index, a padding_idx, randint's bounds, k.
+# values, not sizes: an ignore_index, a padding_idx, randint's bounds, k
+# (topk's k padded past the dim's size has no elements to take).
 POSITION_ARGS = {
     aten.slice.Tensor: (2,), aten.narrow.default: (2,), aten.select.int: (2,), aten.split.Tensor: (1,),
     aten.split_with_sizes.default: (1,), aten.slice_scatter.default: (3,), aten.select_scatter.default: (3,),
@@ -504,7 +505,7 @@ POSITION_ARGS = {
     aten.randint_like.low_dtype: (1, 2), aten.randint_like.low_generator_dtype: (1, 2),
     aten.embedding.default: (2,), aten.embedding_dense_backward.default: (3,),
     aten.nll_loss_forward.default: (4,), aten.nll_loss_backward.default: (5,),
-    aten.nll_loss2d_forward.default: (4,), aten.nll_loss2d_backward.default: (5,),
+    aten.nll_loss2d_forward.default: (4,), aten.nll_loss2d_backward.default: (5,), aten.topk.default: (1,),
 }  # fmt: skip
 
 # Where a slice ends (narrow: its length), at this argument: along a padded
@@ -576,7 +577,7 @@ class MaskRules:
         if op in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
             return self._nll(op, values, masks, lowering_fn, ctx)
         if op in (aten.embedding.default, aten.embedding_dense_backward.default):
-            return self._embedding(op, values, masks, in_metas, lowering_fn, ctx)
+            return self._embedding(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
         if op in PER_SAMPLE and (op != aten.convolution.default or values[0].ndim == values[1].ndim):
             rows = self._rows(op, masks, in_metas)
             result = lowering_fn(ctx, *values)
@@ -869,12 +870,16 @@ class MaskRules:
         out = fn(ctx, grad, self_, target, weight, reduction, ignore_index, total)
         return out, [masks[1]]
 
-    def _embedding(self, op, values, masks, in_metas, fn, ctx):
+    def _embedding(self, op, values, masks, in_metas, out_meta, fn, ctx):
         values = list(values)
         if op == aten.embedding.default:
-            idx_mask = masks[1]
+            weight_mask, idx_mask = masks[0], masks[1]
             values[1] = _neutral(values[1], idx_mask, 0)
-            return fn(ctx, *values), [None if idx_mask is None else idx_mask[..., None]]
+            out = None if idx_mask is None else idx_mask[..., None]
+            if weight_mask is not None:  # (a padded embedding dim: its columns' validity)
+                columns = jnp.any(_full(weight_mask, values[0].shape), axis=0)
+                out = columns if out is None else out & columns
+            return fn(ctx, *values), [out]
         grad_mask, idx_mask = masks[0], masks[1]
         if idx_mask is not None and len(values) > 4 and values[4]:
             # (padded indices, read as row 0, would count in its frequency)
@@ -883,7 +888,7 @@ class MaskRules:
         rows = idx_mask[..., None] if idx_mask is not None else None
         values[0] = _neutral(values[0], _full(rows, values[0].shape) if rows is not None else grad_mask, 0)
         values[1] = _neutral(values[1], idx_mask, 0)
-        return fn(ctx, *values), [None]
+        return fn(ctx, *values), self._fresh_masks(out_meta)  # (a new (num_weights, dim) value)
 
 
 def _rows_of(rows, meta):

@@ -127,6 +127,13 @@ class DynamicCalls:
             self.merged = merged_layouts(graph.gm)
         bucketed = set(true_values) - self.exact_symbols - graph.host_input_symbols
         shapes = Shapes.for_call(true_values, policy, bucketed, self.merged)
+        try:
+            # (before padding the inputs: an input whose size shrinks as its
+            # symbol grows -- the backward's n - p -- is smaller padded)
+            shapes.check_merged()
+        except Unpaddable as reason:
+            self._keep_exact(reason, shapes)
+            return self._call_dynamic(args, draws)
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype(), self.exact, shapes.key()]
         padded = []  # placeholder index -> padded array, for inputs with symbolic dims
@@ -151,16 +158,7 @@ class DynamicCalls:
                 with gc_paused():
                     exe = self._build_dynamic(args, call, key, shapes)
             except Unpaddable as reason:
-                if self.exact:
-                    raise
-                at_fault = set(reason.symbols) & shapes.bucketed
-                if at_fault:
-                    names = ", ".join(sorted(map(str, at_fault)))
-                    log.info("torchtpu.compile: %s keeps %s exact: %s", self.name, names, reason)
-                    self.exact_symbols |= at_fault
-                else:
-                    log.info("torchtpu.compile: %s is compiled per shape: %s", self.name, reason)
-                    self.exact = True
+                self._keep_exact(reason, shapes)
                 return self._call_dynamic(args, draws)
         flat = [call.entries[s][0] for s in exe.input_slots] + padded + list(call.dyn)
         flat += [np.int64(shapes.true[s]) for s in sorted(shapes.true, key=str)]
@@ -202,6 +200,20 @@ class DynamicCalls:
                 outputs.append(ref)
         output_views.fill(outputs, exe.arg_sources, args)
         return outputs
+
+    def _keep_exact(self, reason, shapes):
+        """After `reason` (Unpaddable): the symbols at fault keep their
+        value from now on; without any, the graph compiles per shape."""
+        if self.exact:
+            raise reason
+        at_fault = set(reason.symbols) & shapes.bucketed
+        if at_fault:
+            names = ", ".join(sorted(map(str, at_fault)))
+            log.info("torchtpu.compile: %s keeps %s exact: %s", self.name, names, reason)
+            self.exact_symbols |= at_fault
+        else:
+            log.info("torchtpu.compile: %s is compiled per shape: %s", self.name, reason)
+            self.exact = True
 
     def _build_dynamic(self, args, call, key, shapes):
         t0 = time.perf_counter()

@@ -244,7 +244,7 @@ class GraphLowering:
             elif target in SYMBOLIC_OPS:
                 env[node] = target(*map_arg(node.args, lambda n: env[n]))
             elif target in SIZE_QUERIES:
-                env[node] = _size_query(target, env, node)
+                env[node] = _size_query(target, env, node, self.shapes, self.masks is not None)
             elif target in control_flow.HIGHER_ORDER_OPS:
                 with matmul_scope(precision):
                     env[node] = control_flow.lower(self, node, env, precision)
@@ -404,13 +404,22 @@ def _has_symbols(meta) -> bool:
     return isinstance(meta, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in meta.shape)
 
 
-def _size_query(target, env, node):
+def _size_query(target, env, node, shapes, padded):
     x = env[node.args[0]]
     if target is aten.sym_size.int:
         return x.shape[node.args[1]]
     if target is aten.sym_numel.default:
         return int(x.size)
-    raise Unpaddable(f"{target} inside a dynamic graph")
+    # A stride or storage offset: JAX arrays have none; the symbolic one
+    # evaluated at exact sizes (at padded ones it would be the padded
+    # layout's, so its symbols are kept exact).
+    meta = _meta(node)
+    if not isinstance(meta, torch.SymInt):
+        return meta
+    symbols = meta.node.expr.free_symbols & shapes.bucketed if padded else set()
+    if symbols:
+        raise Unpaddable(f"{target} inside a dynamic graph", symbols)
+    return shapes.size(meta)
 
 
 def _conform(result, meta, op):
