@@ -911,6 +911,26 @@ _PADDED_CASES = {
 }
 
 
+def test_dynamic_scatter_into_padded_data_stays_bucketed():
+    # A functional cache update (clone, write at p) of a cache whose sizes
+    # are symbolic too: the write's whole-dim slice_scatter along the padded
+    # batch had no padding rule and kept every size exact.
+    def fn(cache, k, p):
+        cache = cache.clone()
+        cache[:, p : p + k.shape[1]] = k * 2
+        return cache, cache[:, p : p + k.shape[1]] + 1
+
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    calls = [(2, 16, 2), (3, 16, 3), (3, 20, 5), (2, 24, 9), (4, 30, 12), (3, 28, 6), (4, 18, 7), (3, 26, 10),
+             (4, 22, 11), (3, 30, 13)]
+    for batch, length, p in calls:
+        cache, k = torch.randn(batch, length, 4), torch.randn(batch, 3, 4)
+        assert_close(compiled(cache.to("tpu"), k.to("tpu"), p), fn(cache, k, p), **TOL)
+    # batches 2..4 -> 2, 4; lengths 16..30 -> 16, 32; p 2..13 -> 2, 4, 8, 16: five
+    # combinations occur (exact sizes: ten)
+    assert _graph_stats()["compilations"] <= 6, _graph_stats()["per_graph"]
+
+
 def test_dynamic_slice_written_into_a_clone_trains():
     # The backward reads the clone's strides (found by a probe: aten.sym_stride
     # raised Unpaddable to the user).

@@ -527,7 +527,7 @@ class MaskRules:
     def prepare(self, node, op, values, masks, in_metas, out_meta, lowering_fn, ctx):
         """values: schema-normalised args (tensors as arrays); masks: same
         positions, a mask or None.  Returns (result, out_masks)."""
-        if dynamic_positions.applies(self.shapes, op, in_metas):
+        if dynamic_positions.applies(self.shapes, op, in_metas, masks):
             return dynamic_positions.lower(self.shapes, op, values, masks, in_metas, out_meta)
         self._check_positions(op, in_metas)
         if any(isinstance(m, list) for m in masks):

@@ -28,9 +28,11 @@ SLICES = {aten.slice.Tensor: (2, 3, 4), aten.narrow.default: (2, 3, None), aten.
 SCATTERS = {aten.slice_scatter.default: (3, 4, 5), aten.select_scatter.default: (3, None, None)}
 
 
-def applies(shapes, op, in_metas):
-    """Whether this call is a slice/select (or scatter) along a dim that is
-    not padded, at a position or to an end computed from bucketed symbols."""
+def applies(shapes, op, in_metas, masks):
+    """Whether this call is a step-1 slice/select (or scatter) along a dim
+    that is not padded or is a prefix, at a position or to an end computed
+    from bucketed symbols -- or a scatter into padded data at any position
+    (the general rules have none for it)."""
     spec = SLICES.get(op) or SCATTERS.get(op)
     if spec is None:
         return False
@@ -41,6 +43,8 @@ def applies(shapes, op, in_metas):
     merged = shapes.is_padded_dim(size) and not isinstance(size.node.expr, sympy.Symbol)
     if merged or _arg(in_metas, step, 1) != 1:
         return False
+    if op in SCATTERS and any(m is not None for m in masks[:2]):
+        return True
     return bool(_bucketed(shapes, _arg(in_metas, position, None)) | _bucketed(shapes, _arg(in_metas, end, None)))
 
 
