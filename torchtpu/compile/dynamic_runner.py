@@ -17,14 +17,15 @@ from ..ops.dispatch import Call
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax, torch_to_numpy
 from ..runtime.gc_pause import gc_paused
-from . import output_views
+from . import output_views, storages
 from .dynamic import Shapes, Unpaddable, merged_layouts
 from .graph_inputs import argument_key, rng_words, tensor_key
 
 log = logging.getLogger("torchtpu.compile")
 
 class _DynamicExecutable:
-    __slots__ = ("jitted", "input_slots", "checks", "arg_sources", "out_masks", "mutated")
+    __slots__ = ("jitted", "input_slots", "checks", "arg_sources", "out_masks", "written_slots", "written_back",
+                 "donated", "first_write", "sigs")
 
 
 def _symbol_values(graph, args):
@@ -159,8 +160,12 @@ class DynamicCalls:
                     exe = self._build_dynamic(args, call, key, shapes)
             except Unpaddable as reason:
                 self._keep_exact(reason, shapes)
+            if exe is None:
+                # (once the exception and this call's references to the input
+                # buffers are gone: they would stop the retry's donation)
+                del call, padded
                 return self._call_dynamic(args, draws)
-        flat = [call.entries[s][0] for s in exe.input_slots] + padded + list(call.dyn)
+        flat = storages.input_arrays(exe.input_slots, exe.donated, call) + padded + list(call.dyn)
         flat += [np.int64(shapes.true[s]) for s in sorted(shapes.true, key=str)]
         if graph.random:
             flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
@@ -168,10 +173,16 @@ class DynamicCalls:
         if exe.checks is not None:
             checks.pending.append((results[-1], exe.checks))
             checks.maybe_fold()
-        # the new values of inputs the graph updates in place (exact shapes
-        # only), after the fresh outputs and their masks
-        first = len(exe.out_masks) + sum(m is not None for m in exe.out_masks)
-        for k, index in enumerate(exe.mutated):
+        # The storages the graph updates in place (inputs of static shape
+        # only), after the fresh outputs and their masks: bound as they are
+        # (their old buffers donated); then the inputs copied back.
+        first = exe.first_write
+        for k, slot in enumerate(exe.written_slots):
+            address = call.addresses[slot]
+            if address:
+                boxes.boxes[address] = (results[first + k], exe.sigs[k])
+        first += len(exe.written_slots)
+        for k, index in enumerate(exe.written_back):
             write_back(args[index], results[first + k])
         device = torch.device("tpu", call.device)
         outputs = []
@@ -230,7 +241,9 @@ class DynamicCalls:
             # optimizer's state -- are written back whole)
             raise Unpaddable("the graph mutates an input of padded shape", shapes.padded_symbols(mutated_metas))
         exe = _DynamicExecutable()
-        exe.mutated = sorted(graph.mutated_placeholders)
+        # (an input of symbolic shape -- mutated under exact shapes -- is an
+        # argument of its own, not read from its storage: copied back)
+        exe.written_slots, exe.written_back = self._written_slots(args, call, copied=set(padded_positions))
         exe.input_slots = [s for s, e in enumerate(call.entries) if e is not None]
         n_in = len(exe.input_slots)
         symbols = sorted(shapes.true, key=str)
@@ -293,13 +306,14 @@ class DynamicCalls:
                     results.append(jnp.broadcast_to(mask, jnp.shape(outputs[i])))
                 else:
                     out_masks.append(None)
-            results.extend(mutations[index] for index in exe.mutated)
+            exe.first_write = len(results)
+            results.extend(storages.written(args, call, arrays, mutations, exe.written_slots, exe.written_back))
+            results.extend(mutations[index] for index in exe.written_back)
             if graph.checks:
                 table[:] = [(message, error, op) for _, _, message, error, op in graph.checks]
                 results.append(checks.check_code([c[:4] for c in graph.checks]))
             return tuple(results)
 
-        sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(call.device))
         example = [call.entries[s][0] for s in exe.input_slots]
         example += [
             jax.ShapeDtypeStruct(shapes.shape(graph.placeholders[i].meta["val"].shape), to_jax(args[i].dtype))
@@ -310,15 +324,18 @@ class DynamicCalls:
             example += [0, 0, 0, 0]
         entry = self.options.cache_entry("dynamic graph", graph, key, example, devices.jax_device(call.device))
         found = entry.load() if entry is not None else None
+        donated = storages.donation_candidates(exe.input_slots, call, exe.written_slots)
         if found is not None:
-            exe.jitted, (out_masks[:], table[:]) = found
+            exe.jitted, (out_masks[:], table[:], out_avals, usable, exe.first_write) = found
             self.stats.persistent_hits += 1
         else:
-            lowered = jax.jit(fn, out_shardings=sharding, **self.options.jit_options()).lower(*example)
-            self.options.dump_hlo(self.name, len(self.executables), lowered)
-            exe.jitted = entry.compile(lowered) if entry is not None else lowered.compile()
+            exe.jitted, out_avals, usable = self._compile(fn, donated, call, example, exe.written_slots, entry,
+                                                          lambda: exe.first_write)
             if entry is not None:
-                entry.store(exe.jitted, (list(out_masks), list(table)))
+                entry.store(exe.jitted, (list(out_masks), list(table), out_avals, usable, exe.first_write))
+        exe.donated = frozenset(usable)
+        writes = out_avals[exe.first_write : exe.first_write + len(exe.written_slots)]
+        exe.sigs = [boxes.signature(shape, np.dtype(dtype)) for shape, dtype in writes]
         exe.checks = tuple(table) if table else None
         self.executables[key] = exe
         self.stats.compilations += 1

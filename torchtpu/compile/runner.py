@@ -8,7 +8,6 @@ inputs' boxes (donating the old buffers when the box is their only holder).
 """
 
 import logging
-import sys
 import time
 
 import jax
@@ -24,7 +23,7 @@ from ..ops.transfer import to_host
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
 from ..runtime.gc_pause import gc_paused
-from . import output_views, stats
+from . import output_views, stats, storages
 from .dynamic_runner import DynamicCalls, write_back
 from .graph_inputs import argument_key, generator_draws, rng_words, tensor_key
 
@@ -113,15 +112,7 @@ class CompiledGraph(DynamicCalls):
     # ------------------------------------------------------------------ run
 
     def _run(self, exe, args, call):
-        entries = call.entries
-        flat = []
-        for position, s in enumerate(exe.input_slots):
-            array = entries[s][0]
-            if position in exe.donated and sys.getrefcount(array) > 3:
-                # Someone besides the box holds this buffer (entry tuple,
-                # `array`, getrefcount's argument): donate a copy instead.
-                array = jnp.array(array, copy=True)
-            flat.append(array)
+        flat = storages.input_arrays(exe.input_slots, exe.donated, call)
         flat.extend(call.dyn)
         if self.graph.random:
             flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
@@ -197,16 +188,7 @@ class CompiledGraph(DynamicCalls):
             else:
                 exe.arg_sources.append(("value", None if isinstance(node, torch.fx.Node) else node))
 
-        # Storages the graph mutates (copy_ into an input), in slot order.
-        written_slots = []
-        exe.host_writes = []  # CPU scalar inputs the graph mutates (an optimizer's step count)
-        for index in graph.mutated_placeholders:
-            if args[index].is_cpu:
-                exe.host_writes.append(index)
-                continue
-            slot = call.slot_of[call.infos[id(args[index])][0]]
-            if slot not in written_slots:
-                written_slots.append(slot)
+        written_slots, exe.host_writes = self._written_slots(args, call)
         table = []
 
         def fn(*flat):
@@ -221,14 +203,7 @@ class CompiledGraph(DynamicCalls):
                 box = plans.write_view(None, _nbytes(shape, strides, dtype), shape, strides, 0, outputs[i])
                 # (an empty output has no box; a placeholder keeps results aligned with exe.writes)
                 results.append(box if box is not None else jnp.zeros((0,), to_jax(dtype)))
-            slots = dict(arrays)
-            for index, value in mutations.items():
-                if index in exe.host_writes:
-                    continue
-                address, nbytes, sizes, strides, offset, _ = call.infos[id(args[index])]
-                slot = call.slot_of[address]
-                slots[slot] = plans.write_view(slots.get(slot), nbytes, sizes, strides, offset, value)
-            results.extend(slots[s] for s in written_slots)
+            results.extend(storages.written(args, call, arrays, mutations, written_slots, exe.host_writes))
             results.extend(mutations[index] for index in exe.host_writes)
             results.extend(outputs[i] for i in host_values)
             if graph.checks:
@@ -236,14 +211,7 @@ class CompiledGraph(DynamicCalls):
                 results.append(checks.check_code([c[:4] for c in graph.checks]))
             return tuple(results)
 
-        # In-place updates of inputs reuse their buffers when the new value
-        # has the old one's shape and dtype.
-        candidates = [exe.input_slots.index(s) for s in written_slots if s in exe.input_slots]
-        exe.donated = []
-        for position in candidates:
-            slot = exe.input_slots[position]
-            before = call.entries[slot][1]
-            exe.donated.append((position, slot, before))
+        exe.donated = storages.donation_candidates(exe.input_slots, call, written_slots)
         example = self._example_flat(exe, call)
         # From disk when another process compiled this graph for this
         # signature (skips tracing and lowering); not when dumping HLO.
@@ -253,7 +221,8 @@ class CompiledGraph(DynamicCalls):
             exe.jitted, (out_avals, usable, table[:]) = found
             self.stats.persistent_hits += 1
         else:
-            exe.jitted, out_avals, usable = self._compile(fn, exe, call, example, written_slots, entry)
+            exe.jitted, out_avals, usable = self._compile(fn, exe.donated, call, example, written_slots, entry,
+                                                          lambda: len(exe.fresh))
             if entry is not None:
                 entry.store(exe.jitted, (out_avals, usable, list(table)))
         exe.donated = frozenset(usable)
@@ -267,9 +236,11 @@ class CompiledGraph(DynamicCalls):
         self.stats.compile_seconds += time.perf_counter() - t0
         return exe
 
-    def _compile(self, fn, exe, call, example, written_slots, entry):
+    def _compile(self, fn, donated, call, example, written_slots, entry, first_write):
         """Lower and compile `fn`, donating the inputs it overwrites with a
-        value of the same shape and dtype: (executable, output (shape,
+        value of the same shape and dtype (`donated`: candidates, from
+        _donation_candidates; `first_write()`, once traced: where the written
+        storages start among its results): (executable, output (shape,
         dtype) pairs, donated positions)."""
         sharding = jax.sharding.SingleDeviceSharding(devices.jax_device(call.device))
         options = self.options.jit_options()
@@ -280,13 +251,13 @@ class CompiledGraph(DynamicCalls):
         # Lowered once, donating every overwritten input; again without the
         # ones whose new value turned out to change shape or dtype (a whole
         # storage rewritten through a reshaped view).
-        candidates = [position for position, _, _ in exe.donated]
+        candidates = [position for position, _, _ in donated]
         lowered = lower(candidates)
         out_avals = [(tuple(a.shape), np.dtype(a.dtype).str) for a in jax.tree_util.tree_leaves(lowered.out_info)]
-        first_write = len(exe.fresh)
+        first = first_write()
         usable = []
-        for position, slot, before in exe.donated:
-            shape, dtype = out_avals[first_write + written_slots.index(slot)]
+        for position, slot, before in donated:
+            shape, dtype = out_avals[first + written_slots.index(slot)]
             if (shape, np.dtype(dtype)) == before:
                 usable.append(position)
         if usable != candidates:
@@ -294,6 +265,20 @@ class CompiledGraph(DynamicCalls):
         self.options.dump_hlo(self.name, len(self.executables), lowered)
         compiled = entry.compile(lowered) if entry is not None else lowered.compile()
         return compiled, out_avals, usable
+
+    def _written_slots(self, args, call, copied=()):
+        """The storages the graph mutates (copy_ into an input), in slot
+        order, and the inputs whose new value is copied in instead (write_back):
+        CPU inputs (an optimizer's step count) and those in `copied`."""
+        written_slots, written_back = [], []
+        for index in self.graph.mutated_placeholders:
+            if args[index].is_cpu or index in copied:
+                written_back.append(index)
+                continue
+            slot = call.slot_of[call.infos[id(args[index])][0]]
+            if slot not in written_slots:
+                written_slots.append(slot)
+        return written_slots, written_back
 
     def _example_flat(self, exe, call):
         flat = [call.entries[s][0] for s in exe.input_slots] + list(call.dyn)

@@ -1,0 +1,41 @@
+"""A compiled graph's tpu inputs as their storages' arrays (the executable
+reads each storage once, through the inputs' view plans): the arrays for a
+call, and the new contents of the storages the graph writes."""
+
+import sys
+
+import jax.numpy as jnp
+
+from ..ops import plans
+
+
+def written(args, call, arrays, mutations, written_slots, host_writes):
+    """Inside the executable: the new contents of each written storage, each
+    new value written through its input's view into the storage's array."""
+    slots = dict(arrays)
+    for index, value in mutations.items():
+        if index in host_writes:
+            continue
+        address, nbytes, sizes, strides, offset, _ = call.infos[id(args[index])]
+        slot = call.slot_of[address]
+        slots[slot] = plans.write_view(slots.get(slot), nbytes, sizes, strides, offset, value)
+    return [slots[s] for s in written_slots]
+
+
+def donation_candidates(input_slots, call, written_slots):
+    """(position, slot, shape and dtype before) of each written storage the
+    executable reads: in-place updates reuse its buffer when the new value
+    has the old one's shape and dtype (the runner's _compile)."""
+    return [(input_slots.index(s), s, call.entries[s][1]) for s in written_slots if s in input_slots]
+
+
+def input_arrays(input_slots, donated, call):
+    """The storages' arrays for a call; a donated one that someone besides
+    its box holds (entry tuple, `array`, getrefcount's argument) is copied."""
+    flat = []
+    for position, s in enumerate(input_slots):
+        array = call.entries[s][0]
+        if position in donated and sys.getrefcount(array) > 3:
+            array = jnp.array(array, copy=True)
+        flat.append(array)
+    return flat
