@@ -358,7 +358,7 @@ def merged_layouts(gm):
     on (the size itself -- a plain prefix -- when no view touches it).
     Padding cannot serve a size read by position (a slice of B*T rows), one
     whose values meet in two layouts (B*T rows added to T*B rows), or one
-    that shrinks as a symbol grows (_grows)."""
+    that shrinks as a symbol grows (`grows`)."""
     consensus = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in RESHAPES:
