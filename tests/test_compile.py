@@ -1158,6 +1158,26 @@ def test_dynamic_graph_updates_a_static_input_in_its_own_buffer():
         assert_close(tpu_cache, cache, rtol=0, atol=0)
 
 
+def test_dynamic_value_without_padded_dims_needs_no_padding_rule():
+    # Attention over a cache read up to p leaves a (1, 1, 8) value whose mask
+    # came from the padded keys; view_as_complex has no padding rule, and
+    # the graph was compiled per shape (found by a decoding probe).
+    def step(cache, x, p):
+        cache[:, p : p + 1] = x
+        keys = cache[:, : p + 1]
+        a = torch.softmax(x @ keys.transpose(1, 2), -1) @ keys
+        return torch.view_as_real(torch.view_as_complex(a.reshape(1, 1, 4, 2)) * 2)
+
+    compiled = torch.compile(step, backend="tpu", dynamic=True)
+    cache = torch.zeros(1, 64, 8)
+    tpu_cache = cache.to("tpu")
+    torch._dynamo.mark_static(tpu_cache)
+    for p in range(3, 20):
+        x = torch.randn(1, 1, 8)
+        assert_close(compiled(tpu_cache, x.to("tpu"), p), step(cache, x, p), **TOL)
+    assert _graph_stats()["compilations"] <= 4, _graph_stats()["per_graph"]  # buckets 4, 8, 16, 32
+
+
 _INTEGER_POSITION_CASES = {
     # (function of x (6, 10) and an int p in 0..6, values of p)
     "slice at p": lambda x, p: x[:, p : p + 3] * 2,

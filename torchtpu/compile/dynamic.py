@@ -527,6 +527,10 @@ class MaskRules:
     def prepare(self, node, op, values, masks, in_metas, out_meta, lowering_fn, ctx):
         """values: schema-normalised args (tensors as arrays); masks: same
         positions, a mask or None.  Returns (result, out_masks)."""
+        # A value with no padded dim is real throughout, whatever mask it
+        # carries (a contraction over a padded dim leaves a trivial one).
+        masks = [None if isinstance(meta, torch.Tensor) and not self.shapes.padded_dims(meta) else m
+                 for m, meta in zip(masks, in_metas)]
         if dynamic_positions.applies(self.shapes, op, in_metas, masks):
             return dynamic_positions.lower(self.shapes, op, values, masks, in_metas, out_meta)
         self._check_positions(op, in_metas)
