@@ -1178,6 +1178,28 @@ def test_dynamic_value_without_padded_dims_needs_no_padding_rule():
     assert _graph_stats()["compilations"] <= 4, _graph_stats()["per_graph"]  # buckets 4, 8, 16, 32
 
 
+def test_dynamic_positions_computed_over_a_length_p_plus_one_are_bucketed():
+    # GPT-2-style causal mask from aranges over the cache length p + 1: the
+    # size p + 1 was taken for a merged (B*T) dim read by position and kept
+    # exact -- one executable per step (found by a decoding probe).
+    def step(cache, x, p):
+        cache[:, p : p + 1] = x
+        keys = cache[:, : p + 1]
+        i = torch.arange(1, device=x.device)[:, None] + p
+        j = torch.arange(p + 1, device=x.device)[None]
+        scores = (x @ keys.transpose(1, 2)).masked_fill(j > i, float("-inf"))
+        return scores.softmax(-1) @ keys, (j * 2.0).cumsum(-1)
+
+    compiled = torch.compile(step, backend="tpu", dynamic=True)
+    cache = torch.zeros(1, 64, 8)
+    tpu_cache = cache.to("tpu")
+    torch._dynamo.mark_static(tpu_cache)
+    for p in range(3, 20):
+        x = torch.randn(1, 1, 8)
+        assert_close(compiled(tpu_cache, x.to("tpu"), p), step(cache, x, p), **TOL)
+    assert _graph_stats()["compilations"] <= 4, _graph_stats()["per_graph"]  # buckets 4, 8, 16, 32
+
+
 _INTEGER_POSITION_CASES = {
     # (function of x (6, 10) and an int p in 0..6, values of p)
     "slice at p": lambda x, p: x[:, p : p + 3] * 2,

@@ -356,7 +356,8 @@ def merged_layouts(gm):
     the view that made it, or of its operands; the graph's inputs and fresh
     values of a merged size take the layout every view of that size agrees
     on (the size itself -- a plain prefix -- when no view touches it).
-    Padding cannot serve a size read by position (a slice of B*T rows), one
+    Padding cannot serve a size laid out per factor and read by position (a
+    slice of B*T rows viewed from (B, T)), one
     whose values meet in two layouts (B*T rows added to T*B rows), or one
     that shrinks as a symbol grows (`grows`)."""
     consensus = {}
@@ -383,7 +384,9 @@ def merged_layouts(gm):
         if not merged:
             continue
         if _reads_positions(node, merged):
-            blocked |= merged
+            # (a size no view splits into factors -- p + 1, or B*T never
+            # viewed -- is a plain prefix everywhere: positions are right)
+            blocked |= {e for e in merged if layouts.get(e) != (e,)}
         if node.target in RESHAPES:
             of_value[node] = _view_runs(node)
             continue
