@@ -1158,38 +1158,37 @@ def test_dynamic_graph_updates_a_static_input_in_its_own_buffer():
         assert_close(tpu_cache, cache, rtol=0, atol=0)
 
 
-def test_dynamic_value_without_padded_dims_needs_no_padding_rule():
-    # Attention over a cache read up to p leaves a (1, 1, 8) value whose mask
-    # came from the padded keys; view_as_complex has no padding rule, and
-    # the graph was compiled per shape (found by a decoding probe).
-    def step(cache, x, p):
-        cache[:, p : p + 1] = x
-        keys = cache[:, : p + 1]
-        a = torch.softmax(x @ keys.transpose(1, 2), -1) @ keys
-        return torch.view_as_real(torch.view_as_complex(a.reshape(1, 1, 4, 2)) * 2)
-
-    compiled = torch.compile(step, backend="tpu", dynamic=True)
-    cache = torch.zeros(1, 64, 8)
-    tpu_cache = cache.to("tpu")
-    torch._dynamo.mark_static(tpu_cache)
-    for p in range(3, 20):
-        x = torch.randn(1, 1, 8)
-        assert_close(compiled(tpu_cache, x.to("tpu"), p), step(cache, x, p), **TOL)
-    assert _graph_stats()["compilations"] <= 4, _graph_stats()["per_graph"]  # buckets 4, 8, 16, 32
+def _attention_then_rope(cache, x, p):
+    cache[:, p : p + 1] = x
+    keys = cache[:, : p + 1]
+    a = torch.softmax(x @ keys.transpose(1, 2), -1) @ keys
+    return torch.view_as_real(torch.view_as_complex(a.reshape(1, 1, 4, 2)) * 2)
 
 
-def test_dynamic_positions_computed_over_a_length_p_plus_one_are_bucketed():
-    # GPT-2-style causal mask from aranges over the cache length p + 1: the
-    # size p + 1 was taken for a merged (B*T) dim read by position and kept
-    # exact -- one executable per step (found by a decoding probe).
-    def step(cache, x, p):
-        cache[:, p : p + 1] = x
-        keys = cache[:, : p + 1]
-        i = torch.arange(1, device=x.device)[:, None] + p
-        j = torch.arange(p + 1, device=x.device)[None]
-        scores = (x @ keys.transpose(1, 2)).masked_fill(j > i, float("-inf"))
-        return scores.softmax(-1) @ keys, (j * 2.0).cumsum(-1)
+def _causal_mask_from_aranges(cache, x, p):
+    cache[:, p : p + 1] = x
+    keys = cache[:, : p + 1]
+    i = torch.arange(1, device=x.device)[:, None] + p
+    j = torch.arange(p + 1, device=x.device)[None]
+    scores = (x @ keys.transpose(1, 2)).masked_fill(j > i, float("-inf"))
+    return scores.softmax(-1) @ keys, (j * 2.0).cumsum(-1)
 
+
+# Decode steps that a probe found compiled once per position:
+_DECODE_STEPS = {
+    # attention over the cache leaves a (1, 1, 8) value whose mask came from
+    # the padded keys; view_as_complex has no padding rule, and the graph was
+    # compiled per shape
+    "attention then rope": _attention_then_rope,
+    # GPT-2's causal mask from aranges over the cache length p + 1: that size
+    # was taken for a merged (B*T) dim read by position and kept exact
+    "causal mask from aranges": _causal_mask_from_aranges,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DECODE_STEPS))
+def test_dynamic_decode_step_is_bucketed(name):
+    step = _DECODE_STEPS[name]
     compiled = torch.compile(step, backend="tpu", dynamic=True)
     cache = torch.zeros(1, 64, 8)
     tpu_cache = cache.to("tpu")
