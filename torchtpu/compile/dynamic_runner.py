@@ -131,7 +131,8 @@ class DynamicCalls:
         try:
             # (before padding the inputs: an input whose size shrinks as its
             # symbol grows -- the backward's n - p -- is smaller padded)
-            shapes.check_merged()
+            if not self.exact:
+                shapes.check_merged()
         except Unpaddable as reason:
             self._keep_exact(reason, shapes)
             return self._call_dynamic(args, draws)

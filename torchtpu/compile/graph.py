@@ -220,9 +220,7 @@ class GraphLowering:
         env = {}
         masks = {} if input_masks is not None else None
         self.shapes = shapes
-        self.rules = MaskRules(shapes) if input_masks is not None else None
-        if input_masks is not None:
-            shapes.check_merged()
+        self.rules = MaskRules(shapes) if input_masks is not None else None  # (the runner ran check_merged)
         self.checks = []  # device-side checks of the lowered nodes: (ok, value, message, error, op)
         for i, (node, value) in enumerate(zip(self.placeholders, inputs)):
             env[node] = value
