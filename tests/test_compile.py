@@ -1158,6 +1158,25 @@ def test_dynamic_graph_updates_a_static_input_in_its_own_buffer():
         assert_close(tpu_cache, cache, rtol=0, atol=0)
 
 
+def test_dynamic_steady_calls_read_each_calls_static_inputs():
+    # After a bucket's first call, calls are keyed in C++ by the storages of
+    # the inputs of static shape (the weights of a decode step): a weight
+    # updated in place, another weight of the same shape, or a transposed
+    # view of one must each be read as they are at the call.
+    def f(x, w, p):
+        return x[:, : p + 1] @ w + p
+
+    compiled = torch.compile(f, backend="tpu")  # (p symbolic from its second value; tensors static)
+    x, w1, w2 = torch.randn(3, 16, 4), torch.randn(4, 4), torch.randn(4, 4)
+    tx, tw1, tw2 = x.to("tpu"), w1.to("tpu"), w2.to("tpu")
+    for p in (4, 5, 6, 7):  # (one bucket)
+        for w, tw in ((w1, tw1), (w2, tw2), (w1.t(), tw1.t())):
+            assert_close(compiled(tx, tw, p), f(x, w, p), **TOL)
+        w1.add_(1.0)
+        tw1.add_(1.0)
+    assert _graph_stats()["compilations"] <= 6
+
+
 def _attention_then_rope(cache, x, p):
     cache[:, p : p + 1] = x
     keys = cache[:, : p + 1]

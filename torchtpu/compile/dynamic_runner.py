@@ -28,21 +28,37 @@ class _DynamicExecutable:
                  "donated", "first_write", "sigs")
 
 
-def _symbol_values(graph, args):
-    """True value of every symbol that appears alone as a size of a tensor
-    input or as an integer argument."""
-    import sympy
+class _DynamicInputs:
+    """How a dynamic graph's call reads each placeholder, found once from
+    the placeholders' metadata (scanning it per call cost ~10 us per input)."""
 
-    values = {}
-    for node, a in zip(graph.placeholders, args):
-        meta = node.meta.get("val")
-        if isinstance(meta, torch.SymInt) and isinstance(meta.node.expr, sympy.Symbol):
-            values[meta.node.expr] = int(a)
-        elif isinstance(meta, torch.Tensor):
-            for d, n in enumerate(meta.shape):
-                if isinstance(n, torch.SymInt) and isinstance(n.node.expr, sympy.Symbol):
-                    values[n.node.expr] = int(a.shape[d])
-    return values
+    def __init__(self, graph):
+        import sympy
+
+        # per placeholder: "padded" (a tensor with a symbolic size), "tensor", "symint" or "other"
+        self.kinds = []
+        self.symbol_sources = []  # (placeholder index, dim or None for an int argument, symbol)
+        for i, node in enumerate(graph.placeholders):
+            meta = node.meta.get("val")
+            if isinstance(meta, torch.SymInt):
+                self.kinds.append("symint")
+                if isinstance(meta.node.expr, sympy.Symbol):
+                    self.symbol_sources.append((i, None, meta.node.expr))
+            elif isinstance(meta, torch.Tensor):
+                symbolic = [d for d, n in enumerate(meta.shape) if isinstance(n, torch.SymInt)]
+                self.kinds.append("padded" if symbolic else "tensor")
+                for d in symbolic:
+                    if isinstance(meta.shape[d].node.expr, sympy.Symbol):
+                        self.symbol_sources.append((i, d, meta.shape[d].node.expr))
+            else:
+                self.kinds.append("other")
+        self.static_tensors = [i for i, kind in enumerate(self.kinds) if kind == "tensor"]
+        self.symbols = sorted({s for _, _, s in self.symbol_sources}, key=str)  # the executable's order
+
+    def symbol_values(self, args):
+        """True value of every symbol that appears alone as a size of a
+        tensor input or as an integer argument."""
+        return {s: int(args[i]) if d is None else int(args[i].shape[d]) for i, d, s in self.symbol_sources}
 
 
 _pad_kernels: dict = {}
@@ -120,9 +136,11 @@ class DynamicCalls:
         (see dynamic.py); a graph that cannot be padded gets one per shape."""
         from ..ops.transfer import materialize
 
-        boxes.drain()
         graph = self.graph
-        true_values = _symbol_values(graph, args)
+        if self.dynamic_inputs is None:
+            self.dynamic_inputs = _DynamicInputs(graph)
+        inputs = self.dynamic_inputs
+        true_values = inputs.symbol_values(args)
         policy = "exact" if self.exact else self.options.dynamic_buckets
         if self.merged is None:
             self.merged = merged_layouts(graph.gm)
@@ -136,25 +154,38 @@ class DynamicCalls:
         except Unpaddable as reason:
             self._keep_exact(reason, shapes)
             return self._call_dynamic(args, draws)
+        # Steady state: the inputs of static shape keyed in C++ (a decode
+        # step's graph takes every parameter), the rest here.
+        fast = _C._graph_call_key(tuple(args[i] for i in inputs.static_tensors)) if inputs.static_tensors else None
+        if fast is None:
+            boxes.drain()
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype(), self.exact, shapes.key()]
         padded = []  # placeholder index -> padded array, for inputs with symbolic dims
-        for i, (node, a) in enumerate(zip(graph.placeholders, args)):
-            meta = node.meta.get("val")
-            if isinstance(a, torch.Tensor) and isinstance(meta, torch.Tensor) and any(
-                isinstance(d, torch.SymInt) for d in meta.shape
-            ):
-                array = _pad_input(materialize(a) if not a.is_cpu else torch_to_numpy(a.detach()).copy(), meta, shapes)
+        for node, a, kind in zip(graph.placeholders, args, inputs.kinds):
+            if kind == "padded":
+                array = _pad_input(materialize(a) if not a.is_cpu else torch_to_numpy(a.detach()).copy(),
+                                   node.meta["val"], shapes)
                 padded.append(array)
                 key.append(("padded", a.dtype, a.device.index))
                 if call.device is None:
                     call.device = a.device.index
-            elif isinstance(a, torch.Tensor):
-                key.append(tensor_key(call, a))
-            else:
-                key.append(("int", shapes.size(meta)) if isinstance(meta, torch.SymInt) else argument_key(a))
-        call.dyn.extend(draws)  # (after the CPU scalars: see _readers)
-        key, exe = self._lookup(key, call)
+            elif kind == "symint":
+                key.append(("int", shapes.size(node.meta["val"])))
+            elif kind == "other":
+                key.append(argument_key(a))
+        exe = None
+        if fast is not None:
+            fast_key = (fast[0], fast[3], *key)
+            exe = self.by_fast_key.get(fast_key)
+            if exe is not None:
+                self.stats.requests += 1
+                self.stats.hits += 1
+                call = storages.FastCall(*fast[1:], dyn=draws)
+        if exe is None:  # keyed in Python (the first call of a signature: the executable is built from it)
+            key += [tensor_key(call, args[i]) for i in inputs.static_tensors]
+            call.dyn.extend(draws)  # (after the CPU scalars: see _readers)
+            key, exe = self._lookup(key, call)
         if exe is None:
             try:
                 with gc_paused():
@@ -166,8 +197,10 @@ class DynamicCalls:
                 # buffers are gone: they would stop the retry's donation)
                 del call, padded
                 return self._call_dynamic(args, draws)
+        if fast is not None:
+            self.by_fast_key[fast_key] = exe
         flat = storages.input_arrays(exe.input_slots, exe.donated, call) + padded + list(call.dyn)
-        flat += [np.int64(shapes.true[s]) for s in sorted(shapes.true, key=str)]
+        flat += [np.int64(shapes.true[s]) for s in inputs.symbols]
         if graph.random:
             flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
         results = exe.jitted(*flat)
@@ -230,11 +263,7 @@ class DynamicCalls:
     def _build_dynamic(self, args, call, key, shapes):
         t0 = time.perf_counter()
         graph = self.graph
-        padded_positions = [
-            i for i, (node, a) in enumerate(zip(graph.placeholders, args))
-            if isinstance(a, torch.Tensor) and isinstance(node.meta.get("val"), torch.Tensor)
-            and any(isinstance(d, torch.SymInt) for d in node.meta["val"].shape)
-        ]
+        padded_positions = [i for i, kind in enumerate(self.dynamic_inputs.kinds) if kind == "padded"]
         mutated_metas = [graph.placeholders[i].meta.get("val") for i in graph.mutated_placeholders]
         if not self.exact and shapes.padded_symbols(mutated_metas):
             # (a padded new value would need its real elements picked out
@@ -247,7 +276,7 @@ class DynamicCalls:
         exe.written_slots, exe.written_back = self._written_slots(args, call, copied=set(padded_positions))
         exe.input_slots = [s for s, e in enumerate(call.entries) if e is not None]
         n_in = len(exe.input_slots)
-        symbols = sorted(shapes.true, key=str)
+        symbols = self.dynamic_inputs.symbols
         placeholders = {p: i for i, p in enumerate(graph.placeholders)}
         exe.arg_sources = []
         fresh_values = []

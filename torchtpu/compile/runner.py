@@ -35,18 +35,6 @@ class _Executable:
                  "host_outputs")
 
 
-class _FastCall:
-    """What `_run` reads of a Call, from `_C._graph_call_key`."""
-
-    __slots__ = ("entries", "addresses", "device", "dyn")
-
-    def __init__(self, entries, addresses, device):
-        self.entries = entries
-        self.addresses = addresses
-        self.device = device
-        self.dyn = ()
-
-
 class CompiledGraph(DynamicCalls):
     """What the backend hands AOTAutograd for one forward/backward graph."""
 
@@ -65,6 +53,7 @@ class CompiledGraph(DynamicCalls):
         self.exact = False  # a dynamic graph that cannot be padded: one executable per shape
         self.exact_symbols = set()  # symbols kept exact because padding them cannot work
         self.merged = None  # merged sizes' padded layouts (dynamic.merged_layouts), at the first dynamic call
+        self.dynamic_inputs = None  # how a dynamic call reads each placeholder (dynamic_runner), at the first
 
     def __call__(self, *args):
         if self.symbolic:
@@ -79,7 +68,7 @@ class CompiledGraph(DynamicCalls):
             if exe is not None:
                 self.stats.requests += 1
                 self.stats.hits += 1
-                return self._run(exe, args, _FastCall(*fast[1:]))
+                return self._run(exe, args, storages.FastCall(*fast[1:]))
         boxes.drain()
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype()]

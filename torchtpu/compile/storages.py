@@ -9,6 +9,20 @@ import jax.numpy as jnp
 from ..ops import plans
 
 
+class FastCall:
+    """What a run reads of a Call (dispatch.Call), from `_C._graph_call_key`:
+    the storages' box entries and addresses per slot, the device, and the
+    traced non-array inputs (the generators' draws)."""
+
+    __slots__ = ("entries", "addresses", "device", "dyn")
+
+    def __init__(self, entries, addresses, device, dyn=()):
+        self.entries = entries
+        self.addresses = addresses
+        self.device = device
+        self.dyn = dyn
+
+
 def written(args, call, arrays, mutations, written_slots, host_writes):
     """Inside the executable: the new contents of each written storage, each
     new value written through its input's view into the storage's array."""
