@@ -1177,6 +1177,39 @@ def test_dynamic_steady_calls_read_each_calls_static_inputs():
     assert _graph_stats()["compilations"] <= 6
 
 
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_views_of_a_growing_tensor_do_not_compile_per_call(dynamic):
+    # Hugging Face's generation loop passes input_ids[:, -1:]: a (B, 1)
+    # view of a tensor that grows by a column per token.  The graph read it
+    # through its view plan from the whole storage, so every token compiled
+    # the graph again; such inputs are now copied compact.  Inputs the graph
+    # writes, or returns a view of, must stay the caller's tensors.
+    emb = torch.nn.Embedding(50, 8)
+    tpu_emb = copy.deepcopy(emb).to("tpu")
+
+    def step(embedding, ids, state, mask):
+        state.add_(ids)  # a written input: never copied
+        # (the reshape to a constant batch makes it static under dynamic=True too)
+        return embedding(ids).reshape(3, 8).sum(-1, keepdim=True) + mask.sum(-1, keepdim=True), state[:, :1]
+
+    compiled = torch.compile(lambda *a: step(tpu_emb, *a), backend="tpu", dynamic=dynamic)
+    ids = torch.randint(0, 50, (3, 4))
+    history = torch.zeros(3, 4, dtype=torch.long)
+    tpu_ids, tpu_history = ids.to("tpu"), history.to("tpu")
+    with torch.no_grad():
+        for t in range(10):
+            out, view = step(emb, ids[:, -1:], history[:, -1:], ids.float())
+            tpu_out, tpu_view = compiled(tpu_ids[:, -1:], tpu_history[:, -1:], tpu_ids.float())
+            assert_close(tpu_out, out, **TOL)
+            assert_close(tpu_history, history, rtol=0, atol=0)
+            tpu_view.fill_(t)  # a returned view of an input aliases it
+            view.fill_(t)
+            assert_close(tpu_history, history, rtol=0, atol=0)
+            ids = torch.cat([ids, ids[:, -1:] * 7 % 50], 1)
+            tpu_ids = torch.cat([tpu_ids, tpu_ids[:, -1:] * 7 % 50], 1)
+    assert _graph_stats()["compilations"] <= 6  # (10 before: one per token)
+
+
 def _attention_then_rope(cache, x, p):
     cache[:, p : p + 1] = x
     keys = cache[:, : p + 1]

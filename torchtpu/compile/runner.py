@@ -26,6 +26,7 @@ from ..runtime.gc_pause import gc_paused
 from . import output_views, stats, storages
 from .dynamic_runner import DynamicCalls, write_back
 from .graph_inputs import argument_key, generator_draws, rng_words, tensor_key
+from .input_views import ChurningViews
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -54,8 +55,11 @@ class CompiledGraph(DynamicCalls):
         self.exact_symbols = set()  # symbols kept exact because padding them cannot work
         self.merged = None  # merged sizes' padded layouts (dynamic.merged_layouts), at the first dynamic call
         self.dynamic_inputs = None  # how a dynamic call reads each placeholder (dynamic_runner), at the first
+        self.churning = ChurningViews(graph, self.out_nodes)  # inputs copied compact (input_views.py)
 
     def __call__(self, *args):
+        if self.churning.positions:
+            args = self.churning.compact(args)
         if self.symbolic:
             return self._call_dynamic(args, generator_draws(args))
         # Steady state: every argument a tpu tensor, keyed in C++ (a
@@ -80,6 +84,9 @@ class CompiledGraph(DynamicCalls):
         call.dyn.extend(generator_draws(args))  # (after the CPU scalars: see _readers)
         key, exe = self._lookup(key, call)
         if exe is None:
+            if self.churning.note_compile(args, self.name):
+                self.stats.requests -= 1  # (the retry counts the call)
+                return self(*args)
             with gc_paused():
                 exe = self._build(args, call, key)
         if fast is not None:
