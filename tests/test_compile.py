@@ -1226,6 +1226,14 @@ def _causal_mask_from_aranges(cache, x, p):
     return scores.softmax(-1) @ keys, (j * 2.0).cumsum(-1)
 
 
+def _causal_mask_by_tril(cache, x, p):
+    cache[:, p : p + 1] = x
+    keys = cache[:, : p + 1]
+    causal = torch.ones(1, p + 1, dtype=torch.bool, device=x.device).tril(diagonal=p)
+    scores = (x @ keys.transpose(1, 2)).masked_fill(~causal, torch.finfo(x.dtype).min)
+    return scores.softmax(-1) @ keys
+
+
 # Decode steps that a probe found compiled once per position:
 _DECODE_STEPS = {
     # attention over the cache leaves a (1, 1, 8) value whose mask came from
@@ -1235,6 +1243,9 @@ _DECODE_STEPS = {
     # GPT-2's causal mask from aranges over the cache length p + 1: that size
     # was taken for a merged (B*T) dim read by position and kept exact
     "causal mask from aranges": _causal_mask_from_aranges,
+    # Llama/HF's causal mask `ones(n, p + n).tril(diagonal=p)`: a tril at a
+    # position computed from p kept p exact
+    "causal mask by tril": _causal_mask_by_tril,
 }
 
 
@@ -1262,7 +1273,97 @@ _INTEGER_POSITION_CASES = {
     .slice_scatter(x[:, :3] * 2, 1, p, p + 3),
     "written at p in place": lambda x, p: _written_at(x.clone(), p),
     "from p to the end": lambda x, p: x[:, p:] * 2,  # (shrinks as p grows: kept exact)
+    "causal mask by tril at p": lambda x, p: x[:, : p + 1].masked_fill(
+        ~torch.ones(6, p + 1, dtype=torch.bool, device=x.device).tril(p - 3), -1e4).softmax(-1),
+    "triu at p": lambda x, p: x[:, : p + 2] * torch.ones(6, p + 2, device=x.device).triu(p - 2),
 }
+
+
+def _repetition_penalty(ids, scores, w):
+    # Hugging Face's RepetitionPenaltyLogitsProcessor
+    score = torch.gather(scores, 1, ids)
+    score = torch.where(score < 0, score * 1.3, score / 1.3)
+    return scores.scatter(1, ids, score) * w
+
+
+_GROWING_SEQUENCE_CASES = {
+    # (function of x (3, T, 6), T growing from 3 to 17)
+    "the last position": lambda x: x[:, -1:] * 2,
+    "between negative ends": lambda x: x[:, -3:-1].sum(1),
+    "select the last ones": lambda x: x[:, -1] + x[:, -2],
+    "narrow from the end": lambda x: x.narrow(1, -2, 2) * 3,
+    "argmax over features": lambda x: x.argmax(-1),
+    "argmax along the sequence": lambda x: x.argmax(1),
+    "max along the sequence": lambda x: x.max(1).values + x.max(1).indices,
+    "min along the sequence, negative values": lambda x: (-x.abs()).min(1, keepdim=True).values,
+    "topk over features": lambda x: x.topk(2, dim=-1).values,
+    "sort over features": lambda x: x.sort(-1, descending=True).values * torch.arange(6.0, device=x.device),
+    "var over features": lambda x: x.var(-1),
+    "cummax over features": lambda x: x.cummax(-1).values,
+    "any over features": lambda x: (x > 1).any(-1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_GROWING_SEQUENCE_CASES))
+def test_dynamic_row_ops_and_slices_from_the_end_stay_bucketed(name):
+    # HF's decode idioms (input_ids[:, -1:], logits[:, -1], argmax) and
+    # row-by-row ops on a growing sequence: the start from the end is the
+    # true end's, padded rows and positions never win a max.  Each compiled
+    # once per shape before.
+    fn = _GROWING_SEQUENCE_CASES[name]
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    data = torch.randn(3, 17, 6, generator=torch.Generator().manual_seed(0))
+    for length in range(3, 18):
+        x = data[:, :length].clone().requires_grad_()
+        tpu_x = x.detach().to("tpu").requires_grad_()
+        want, got = fn(x), compiled(tpu_x)
+        assert_close(got, want, **TOL)
+        if want.is_floating_point():
+            g = torch.randn(want.shape)
+            (grad,) = torch.autograd.grad((want * g).sum(), x)
+            (tpu_grad,) = torch.autograd.grad((got * g.to("tpu")).sum(), tpu_x)
+            assert_close(tpu_grad, grad, **TOL)
+    assert _graph_stats()["compilations"] <= 10, _graph_stats()["per_graph"]  # forward, backward: 4, 8, 16, 32
+
+
+_GATHER_SCATTER_CASES = {
+    # (function of ids (4, T) in [0, 50), scores (4, 50) and w (4, 50), both differentiable)
+    "repetition penalty": _repetition_penalty,
+    "counts by scatter_add": lambda ids, scores, w: torch.zeros_like(scores).scatter_add(
+        1, ids, torch.ones(ids.shape, device=ids.device)) * w,
+    "scatter_reduce amax without self": lambda ids, scores, w: scores.scatter_reduce(
+        1, ids, ids.float() * w[:, : ids.shape[1]], "amax", include_self=False),
+    "scatter_reduce prod": lambda ids, scores, w: scores.scatter_reduce(1, ids % 7, w[:, : ids.shape[1]], "prod"),
+    "scatter of a value, reduce add": lambda ids, scores, w: scores.detach().scatter(1, ids % 5, 2.0, reduce="add") * w,
+    "scatter_reduce mean": lambda ids, scores, w: scores.scatter_reduce(1, ids, w[:, : ids.shape[1]], "mean"),
+    "gather along the growing dim": lambda ids, scores, w: (scores[:, : ids.shape[1]] * ids).gather(
+        1, torch.tensor([[0, 3]] * 4, device=ids.device)) * w[:, :2],
+    "gather at computed positions": lambda ids, scores, w: scores.gather(1, ids * 3 % 50) * w[:, : ids.shape[1]],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_GATHER_SCATTER_CASES))
+def test_dynamic_gather_and_scatter_over_a_growing_sequence(name):
+    # An index that grows with the sequence (generated tokens): its padded
+    # entries must not read out of range nor write anything; `mean` counts
+    # its entries, so there the length is kept exact (still right).
+    fn = _GATHER_SCATTER_CASES[name]
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    scores, w = torch.randn(4, 50, requires_grad=True), torch.randn(4, 50, requires_grad=True)
+    tpu_scores, tpu_w = (t.detach().to("tpu").requires_grad_() for t in (scores, w))
+    ids = torch.randint(0, 50, (4, 20), generator=torch.Generator().manual_seed(0))
+    for length in range(4, 20):
+        want, got = fn(ids[:, :length], scores, w), compiled(ids[:, :length].to("tpu"), tpu_scores, tpu_w)
+        assert_close(got, want, **TOL)
+        g = torch.randn(want.shape)
+        grads = torch.autograd.grad((want * g).sum(), (scores, w), allow_unused=True)
+        tpu_grads = torch.autograd.grad((got * g.to("tpu")).sum(), (tpu_scores, tpu_w), allow_unused=True)
+        for tpu_grad, grad in zip(tpu_grads, grads):
+            assert (tpu_grad is None) == (grad is None)
+            if grad is not None:
+                assert_close(tpu_grad, grad, **TOL)
+    if name != "scatter_reduce mean":
+        assert _graph_stats()["compilations"] <= 8, _graph_stats()["per_graph"]  # forward, backward: 4, 8, 16
 
 
 def test_dynamic_integer_argument_shrinking_a_static_tensor_and_as_a_count():

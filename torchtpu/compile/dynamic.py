@@ -23,7 +23,7 @@ import torch
 from jax import lax
 
 from ..ops.registry import VIEW_LOWERINGS
-from . import dynamic_positions
+from . import dynamic_gather, dynamic_positions
 
 aten = torch.ops.aten
 
@@ -217,6 +217,23 @@ SOFTMAX_LIKE = {aten._softmax.default, aten._log_softmax.default, aten._safe_sof
 SUM_LIKE = {aten.sum.dim_IntList, aten.sum.default}
 MAX_LIKE = {aten.amax.default: -jnp.inf, aten.amin.default: jnp.inf}
 MEAN = {aten.mean.dim, aten.mean.default}
+# Ops that work row by row along `dim`: op -> (position of the dim argument,
+# of keepdim or None for outputs that keep the dim).  Along a dim that is not
+# padded each row is real or padding as a whole; along a padded one only the
+# arg-extremes have a rule (ARG_EXTREMES).
+ROW_BY_ROW = {
+    aten.argmax.default: (1, 2), aten.argmin.default: (1, 2), aten.max.dim: (1, 2), aten.min.dim: (1, 2),
+    aten.sort.default: (1, None), aten.sort.stable: (2, None), aten.topk.default: (2, None),
+    aten.cummax.default: (1, None), aten.cummin.default: (1, None),
+    aten.kthvalue.default: (2, 3), aten.median.dim: (1, 2), aten.nanmedian.dim: (1, 2), aten.mode.default: (1, 2),
+    aten.var.correction: (1, 3), aten.std.correction: (1, 3), aten.var_mean.correction: (1, 3),
+    aten.std_mean.correction: (1, 3), aten.prod.dim_int: (1, 2), aten.any.dim: (1, 2), aten.all.dim: (1, 2),
+    aten.any.dims: (1, 2), aten.all.dims: (1, 2), aten.linalg_vector_norm.default: (2, 3),
+}  # fmt: skip
+# along a padded dim whose real elements are a prefix, padding never wins
+# (filled with the lowest value for a max): the index found is the true one
+ARG_EXTREMES = {aten.argmax.default: -jnp.inf, aten.argmin.default: jnp.inf, aten.max.dim: -jnp.inf,
+                aten.min.dim: jnp.inf}
 SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
 CONTRACTIONS = {aten.mm.default, aten.bmm.default, aten.addmm.default}
 PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.lift_fresh_copy.default,
@@ -600,7 +617,15 @@ class MaskRules:
             return self._batch_norm(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
         if op in ATTENTION:
             return self._attention(op, values, masks, in_metas, ctx)
+        if op in ROW_BY_ROW and masks[0] is not None and not any(m is not None for m in masks[1:]):
+            return self._row_by_row(op, values, masks[0], in_metas[0], out_meta, lowering_fn, ctx)
         masked = [meta for meta, m in zip(in_metas, masks) if m is not None]
+        if dynamic_gather.applies(op):
+            try:
+                return dynamic_gather.lower(self.shapes, op, values, masks, in_metas, lowering_fn, ctx)
+            except dynamic_gather.NoRule as reason:
+                symbols = set().union(*(_expr(n).free_symbols for n in reason.sizes)) & self.shapes.bucketed
+                raise Unpaddable(f"{op}: {reason}", symbols or self.shapes.padded_symbols(masked)) from None
         raise Unpaddable(f"no padding rule for {op} on padded data", self.shapes.padded_symbols(masked))
 
     def _check_positions(self, op, in_metas):
@@ -818,6 +843,25 @@ class MaskRules:
             keepdim = bool(values[2])
             return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
         return fn(ctx, *values), [mask]
+
+    def _row_by_row(self, op, values, mask, meta, out_meta, fn, ctx):
+        """Row-by-row ops (ROW_BY_ROW): the rows keep their mask; along a
+        padded prefix dim only the arg-extremes, with padding made to lose."""
+        dim_at, keepdim_at = ROW_BY_ROW[op]
+        x = values[0]
+        dims = _dims(values[dim_at] if dim_at < len(values) else None, x.ndim)
+        keepdim = True if keepdim_at is None else bool(values[keepdim_at]) if keepdim_at < len(values) else False
+        padded = [d for d in dims if d in self.shapes.padded_dims(meta)]
+        if padded:
+            if op not in ARG_EXTREMES or len(dims) != 1 or not self._is_prefix(meta.shape[dims[0]]):
+                raise Unpaddable(f"{op} along a padded dim", self.shapes.padded_symbols([meta], padded))
+            values = [_neutral(x, _full(mask, x.shape), _in_range(ARG_EXTREMES[op], x.dtype))] + list(values[1:])
+        out = _any(mask, dims, keepdim, x.shape)
+        return fn(ctx, *values), [out if isinstance(m, torch.Tensor) else None for m in out_meta]
+
+    def _is_prefix(self, size):
+        expr = _expr(size)
+        return isinstance(expr, sympy.Symbol) or self.shapes.layouts.get(expr) == (expr,)
 
     def _contraction(self, op, values, masks, fn, ctx):
         a_pos, b_pos = (1, 2) if op == aten.addmm.default else (0, 1)

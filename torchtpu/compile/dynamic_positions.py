@@ -7,12 +7,18 @@ executable serves every position of a bucket; a length computed from a
 bucketed symbol is its padded size, its tail marked padding by the mask.
 Along a padded dim this needs the real elements to be a prefix, so a
 merged dim (B*T, dynamic.merged_layouts) is left to the general rules.
+The same tracing serves a constant negative start along a padded dim
+(`input_ids[:, -1:]`, `logits[:, -1]`: from the true end) and a tril/triu
+whose diagonal is computed from a symbol (the causal mask
+`ones(n, p + n).tril(p)`).
 
 Lengths only grow with their symbols (merged_layouts keeps a shrinking
 one -- `x[:, p:]` -- exact), so the true start plus the padded length is at
 most the padded start plus the padded length: the input is padded along
 the dim up to that bound when it is shorter (padding the mask marks), so a
 dynamic slice never clamps its start back onto real elements."""
+
+import sys
 
 import jax.numpy as jnp
 import sympy
@@ -28,11 +34,22 @@ SLICES = {aten.slice.Tensor: (2, 3, 4), aten.narrow.default: (2, 3, None), aten.
 SCATTERS = {aten.slice_scatter.default: (3, 4, 5), aten.select_scatter.default: (3, None, None)}
 
 
+# tril / triu: the diagonal argument (a causal mask `ones(n, p + n).tril(p)`)
+TRIANGLES = {aten.tril.default: lambda offset, diagonal: offset <= diagonal,
+             aten.triu.default: lambda offset, diagonal: offset >= diagonal}
+
+
 def applies(shapes, op, in_metas, masks):
     """Whether this call is a step-1 slice/select (or scatter) along a dim
     that is not padded or is a prefix, at a position or to an end computed
     from bucketed symbols -- or a scatter into padded data at any position
-    (the general rules have none for it)."""
+    (the general rules have none for it) -- or a tril/triu whose diagonal is
+    computed from bucketed symbols, over dims whose real elements are a
+    prefix (`p + 1` is: no view splits it)."""
+    if op in TRIANGLES:
+        meta = in_metas[0]
+        return bool(_bucketed(shapes, _arg(in_metas, 1, 0))) and meta.dim() >= 2 and not any(
+            shapes.is_padded_dim(n) and not _prefix(shapes, n) for n in meta.shape[-2:])
     spec = SLICES.get(op) or SCATTERS.get(op)
     if spec is None:
         return False
@@ -40,16 +57,48 @@ def applies(shapes, op, in_metas, masks):
     dim_at = position - 1
     meta = in_metas[0]
     size = meta.shape[_arg(in_metas, dim_at, 0) % max(meta.dim(), 1)]
-    merged = shapes.is_padded_dim(size) and not isinstance(size.node.expr, sympy.Symbol)
-    if merged or _arg(in_metas, step, 1) != 1:
+    if _merged(shapes, size) or _arg(in_metas, step, 1) != 1:
         return False
     if op in SCATTERS and any(m is not None for m in masks[:2]):
+        return True
+    if op in SLICES and _from_the_end(shapes, op, in_metas, size, position, end):
         return True
     return bool(_bucketed(shapes, _arg(in_metas, position, None)) | _bucketed(shapes, _arg(in_metas, end, None)))
 
 
+def _merged(shapes, size):
+    """A padded dim whose real elements are not a pure symbol's prefix."""
+    return shapes.is_padded_dim(size) and not isinstance(size.node.expr, sympy.Symbol)
+
+
+def _prefix(shapes, size):
+    """A padded dim whose real elements are a prefix: a symbol, or a sum no
+    view splits into factors (`p + 1`)."""
+    if not shapes.is_padded_dim(size):
+        return False
+    expr = size.node.expr
+    return isinstance(expr, sympy.Symbol) or shapes.layouts.get(expr) == (expr,)
+
+
+def _from_the_end(shapes, op, in_metas, size, position, end):
+    """A constant negative start along a padded prefix dim, for a constant
+    length (`input_ids[:, -1:]`, `logits[:, -1]`): it counts from the true
+    end, not the padded one."""
+    start = _arg(in_metas, position, None)
+    if not (isinstance(start, int) and start < 0 and _prefix(shapes, size)):
+        return False
+    stop = _arg(in_metas, end, None)
+    if op is aten.select.int:
+        return True
+    if op is aten.narrow.default:
+        return isinstance(stop, int)
+    return stop is None or (isinstance(stop, int) and (stop < 0 or stop >= sys.maxsize))
+
+
 def lower(shapes, op, values, masks, in_metas, out_meta):
     """(result, [mask]) of an op `applies` accepted."""
+    if op in TRIANGLES:
+        return _triangle(shapes, op, values, masks, in_metas)
     if op in SLICES:
         return _slice(shapes, op, values, masks, in_metas, out_meta[0])
     return _scatter(shapes, op, values, masks, in_metas)
@@ -76,6 +125,17 @@ def _slice(shapes, op, values, masks, in_metas, out):
         tail = shapes.prefix_mask(out, dims=[dim])
         mask = tail if mask is None else mask & tail
     return result, [mask]
+
+
+def _triangle(shapes, op, values, masks, in_metas):
+    """tril/triu at the diagonal's true value: real elements keep their
+    (row, column) in the padded array, so the comparison is the same."""
+    x = values[0]
+    diagonal = shapes.true_value(in_metas[1])
+    rows = lax.broadcasted_iota(jnp.int32, x.shape[-2:], 0)
+    columns = lax.broadcasted_iota(jnp.int32, x.shape[-2:], 1)
+    keep = TRIANGLES[op](columns - rows, diagonal)
+    return jnp.where(keep, x, jnp.zeros((), x.dtype)), [masks[0]]
 
 
 def _scatter(shapes, op, values, masks, in_metas):
