@@ -744,3 +744,14 @@ def test_bool_divided_by_a_false_scalar_tensor_gives_nan_for_zero():
     a = torch.tensor([True, False])
     for divisor in (torch.tensor(False), torch.tensor([False, False])):
         torch.testing.assert_close((a.to(TPU) / divisor.to(TPU)).cpu(), a / divisor, equal_nan=True)
+
+
+def test_products_with_a_bool_mask_keep_nan():
+    # XLA rewrites y * convert(mask) into select(mask, y, 0): inf * False and
+    # nan * False gave 0 instead of nan.
+    x = torch.tensor([INF, NAN, -INF, 2.0, 0.0])
+    m = torch.tensor([False, False, True, True, False])
+    check(lambda x, m: x * m, x, m)
+    check(lambda x, m: x.clone().mul_(m), x, m)
+    check(lambda x, m: torch.addcmul(x, x, m.float()), x, m)
+    check(lambda x, m: m / x, x, m)

@@ -11,3 +11,15 @@ def acc_dtype(dtype):
     """The dtype torch computes/accumulates values of `dtype` in."""
     dtype = jnp.dtype(dtype)
     return jnp.dtype(jnp.float32) if dtype in LOW_PRECISION_FLOATS else dtype
+
+
+def astype(x, dtype):
+    """x as `dtype`.  A bool array becomes a float or complex one through a
+    select of constants, not a convert: XLA rewrites `y * convert(mask)` into
+    `select(mask, y, 0)`, so inf * False and nan * False gave 0 instead of
+    torch's nan, wherever the cast fuses into a product (every compiled graph)."""
+    x = jnp.asarray(x)
+    dtype = jnp.dtype(dtype)
+    if x.dtype == jnp.bool_ and jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.where(x, jnp.ones((), dtype), jnp.zeros((), dtype))
+    return x.astype(dtype)

@@ -20,7 +20,7 @@ from jax.scipy import special as jsp
 
 from ...runtime.dtypes import to_jax
 from ..registry import lower
-from .common import acc_dtype
+from .common import acc_dtype, astype
 
 aten = torch.ops.aten
 
@@ -68,7 +68,7 @@ def to_float(dt):
 
 
 def cast(x, dt):
-    return jnp.asarray(x).astype(dt)
+    return astype(x, dt)
 
 
 def float_result(ctx, *positions):
@@ -429,10 +429,7 @@ def mul(ctx, self, other):
 def div(ctx, self, other):
     dt = float_result(ctx, 0, 1)
     m = opmath(dt)
-    if jnp.asarray(self).dtype == jnp.bool_:
-        # XLA rewrites convert(bool) / s as select(bool, 1 / s, 0): 0 / 0 would be 0, not nan
-        self = jnp.where(self, 1, 0)
-    return (cast(self, m) / cast(other, m)).astype(dt)
+    return (cast(self, m) / cast(other, m)).astype(dt)  # (cast: XLA would make a bool's 0 / 0 a 0)
 
 
 def _rem(a, b):

@@ -16,6 +16,7 @@ from jax import lax
 
 from .. import plans
 from . import elementwise
+from .common import astype
 from ..registry import lower_view
 
 aten = torch.ops.aten
@@ -163,7 +164,7 @@ def to_copy(ctx, x, *rest):
     """`.to(dtype)`, `.float()`, autocast's casts (eager runs `_to_copy` as
     empty + copy_; decompositions under dynamic shapes emit the prim).  A
     move to another device is not lowered (graph.py)."""
-    return jnp.asarray(x).astype(ctx.out_dtype)
+    return astype(x, ctx.out_dtype)
 
 
 @lower_view(aten.true_divide)
