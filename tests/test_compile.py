@@ -1177,6 +1177,37 @@ def test_dynamic_steady_calls_read_each_calls_static_inputs():
     assert _graph_stats()["compilations"] <= 6
 
 
+_BOOL_MASK_PRODUCTS = {
+    "x * m.float()": lambda x, m: x * m.float(),
+    "x * (x > 5).to(x.dtype)": lambda x, m: x * (x > 5).to(x.dtype),
+    "(x * m).sum()": lambda x, m: (x * m).sum(),
+    "x @ m.float()": lambda x, m: x[None] @ m.float()[:, None],
+    "addcmul(x, x, m.float())": lambda x, m: torch.addcmul(x, x, m.float()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BOOL_MASK_PRODUCTS))
+def test_compiled_products_with_a_bool_mask_keep_nan(name):
+    # In a graph the cast fuses into the product, which XLA rewrites into a
+    # select: inf * False and nan * False gave 0 instead of nan.
+    fn = _BOOL_MASK_PRODUCTS[name]
+    x = torch.tensor([float("inf"), float("nan"), -float("inf"), 2.0, 7.0])
+    m = torch.tensor([False, False, True, True, False])
+    assert_close(torch.compile(fn, backend="tpu")(x.to("tpu"), m.to("tpu")), fn(x, m), equal_nan=True)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.clamp(-1000, 1000), lambda x: torch.where(x > 0, x, 1000),
+                                lambda x: x.masked_fill(x > 0, 1000), lambda x: torch.full_like(x, 2**40)])
+def test_compiled_scalar_out_of_range_raises_like_eager(fn):
+    # ATen converts these Scalars with an overflow check; the graph baked
+    # them and wrapped (1000 -> -24 in int8).
+    x = torch.tensor([-128, -1, 0, 5, 127], dtype=torch.int8)
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):
+        torch.compile(fn, backend="tpu")(x.to("tpu"))
+
+
 @pytest.mark.parametrize("dynamic", [None, True])
 def test_views_of_a_growing_tensor_do_not_compile_per_call(dynamic):
     # Hugging Face's generation loop passes input_ids[:, -1:]: a (B, 1)

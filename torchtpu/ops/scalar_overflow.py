@@ -22,7 +22,7 @@ from ..runtime.dtypes import to_jax
 CHECKED = {
     **dict.fromkeys(("aten::fill", "aten::fill_", "aten::masked_fill", "aten::masked_fill_", "aten::index_fill",
                      "aten::index_fill_", "aten::scatter", "aten::scatter_"), ("value",)),
-    "aten::full": ("fill_value",),
+    **dict.fromkeys(("aten::full", "aten::full_like", "aten::new_full"), ("fill_value",)),
     **dict.fromkeys(("aten::clamp", "aten::clamp_"), ("min", "max")),
     **dict.fromkeys(("aten::clamp_min", "aten::clamp_min_"), ("min",)),
     **dict.fromkeys(("aten::clamp_max", "aten::clamp_max_"), ("max",)),
@@ -39,7 +39,7 @@ CHECKED = {
 
 # ATen fills one element without the check for these types (fill_,
 # scalar_tensor, `t[i] = v`, and `torch.where`'s Scalar through scalar_tensor).
-_FILLS = {"aten::fill", "aten::fill_", "aten::full", "aten::scalar_tensor"}
+_FILLS = {"aten::fill", "aten::fill_", "aten::full", "aten::full_like", "aten::new_full", "aten::scalar_tensor"}
 _UNCHECKED_SINGLE_FILL = {torch.float16, torch.bfloat16}
 
 # c10's names for the types in its message.
