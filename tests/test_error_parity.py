@@ -2,6 +2,8 @@
 PyTorch's meta kernels skip (torchtpu/ops/aten_checks.py), found by the
 randomized programs."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -61,6 +63,13 @@ VALID = {
     "max_unpool3d of max_pool3d's indices": lambda d: _unpool(d, 3),
     "index_add_ bool into bool": lambda d: torch.zeros(3, dtype=torch.bool, device=d).index_add_(0, _zero(d), torch.ones(1, dtype=torch.bool, device=d)),
     "atan2 of ints": lambda d: torch.atan2(torch.tensor([1], device=d), torch.tensor([2], device=d)),
+    # (found by a numeric edge-case probe: crashed or raised another error)
+    "searchsorted of empty rows": lambda d: torch.searchsorted(torch.empty(3, 0, device=d), torch.ones(3, 2, device=d)),
+    "searchsorted of no rows": lambda d: torch.searchsorted(torch.empty(0, 3, device=d), torch.empty(0, 2, device=d)),
+    "inf norm over dim -1 of an empty tensor": lambda d: torch.linalg.vector_norm(
+        torch.ones(2, 0, 3, device=d), float("inf"), dim=-1),
+    "nan_to_num of complex": lambda d: torch.nan_to_num(
+        torch.tensor([complex(0, float("inf")), complex(float("nan"), 0), complex(-float("inf"), 1)], device=d)),
 }  # fmt: skip
 
 
@@ -168,3 +177,30 @@ def test_linalg_errors_are_raised_at_the_call_like_cuda(fn):
 
     assert message("tpu") == message("cpu")
     assert torch.ones(2, device="tpu").sum().item() == 2.0  # (nothing left pending)
+
+
+# ATen wraps these ops' dim with a range check their meta kernels skip: an
+# out-of-range dim computed along a wrapped one (softmax(2) of a matrix ran
+# over dim 0), in eager mode and in compiled graphs.
+DIM_OUT_OF_RANGE = {
+    "softmax(2)": lambda x: x.softmax(2),
+    "log_softmax(-3)": lambda x: x.log_softmax(-3),
+    "softmin(5)": lambda x: F.softmin(x, 5),
+    "sort(2)": lambda x: x.sort(2).values,
+    "argsort(-3)": lambda x: x.argsort(-3),
+    "cummax(1) of a scalar": lambda x: x[0, 0].cummax(1).values,
+    "softmax(1) of a scalar": lambda x: x[0, 0].softmax(1),
+    "searchsorted of a scalar": lambda x: torch.searchsorted(x[0, 0], x[0, 0]),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name", sorted(DIM_OUT_OF_RANGE))
+def test_dim_out_of_range_raises_like_cpu(name, compiled):
+    fn = DIM_OUT_OF_RANGE[name]
+    x = torch.arange(12.0).reshape(3, 4)
+    with pytest.raises((IndexError, RuntimeError)) as cpu:
+        fn(x)
+    run = torch.compile(fn, backend="tpu") if compiled else fn
+    with pytest.raises(type(cpu.value), match=re.escape(str(cpu.value)[:40])):
+        run(x.to("tpu"))

@@ -18,7 +18,7 @@ from torch.fx.node import map_aggregate, map_arg
 from ..ops import transfer
 from ..ops.context import LoweringContext, matmul_scope
 from ..ops.registry import find_graph_lowering
-from ..ops import scalar_overflow
+from ..ops import aten_checks, scalar_overflow
 from ..ops.schema import schema_of
 from ..runtime import executable_cache
 from ..runtime.dtypes import to_jax, torch_to_numpy
@@ -274,8 +274,10 @@ class GraphLowering:
         positions = sch.lowering_positions
         node_meta = self._meta_of(node)
         out_meta = _flat_meta(node_meta)
-        # Scalars ATen converts with an overflow check (int8 x.clamp(max=1000)
-        # raises in eager): the graph's are constants, checked now.
+        # What ATen's kernels check and the meta kernels dynamo traced with do
+        # not (an out-of-range softmax dim; Scalars ATen converts with an
+        # overflow check, int8 x.clamp(max=1000)): checked now, as eager does.
+        aten_checks.before_meta(sch, metas)
         scalar_overflow.traced_checks(sch, values, node_meta, dynamic=())
         random = lowering.is_random(*map_arg((node_args, node_kwargs), self._meta_of))
         ctx = LoweringContext(op, [metas[i] for i in positions], out_meta, precision, rng if random else None)

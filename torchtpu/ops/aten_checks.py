@@ -24,6 +24,19 @@ def after_meta(sch, values, meta_values):
     _check_safe_cast_to_output(sch, meta_values)
 
 
+def meta_arguments(sch, meta_values):
+    """The arguments as the meta kernel needs them: PyTorch's reference for
+    linalg_vector_norm checks a negative dim against the shape unwrapped
+    (an inf norm over dim -1 of a (0, 3) tensor raised "dimension -1 is
+    empty"); the dims wrapped mean the same."""
+    if sch.op._schema.name == "aten::linalg_vector_norm":
+        t, dim = meta_values[0], meta_values[sch.names.index("dim")]
+        if isinstance(dim, (list, tuple)) and t.dim() > 0:
+            meta_values = list(meta_values)
+            meta_values[sch.names.index("dim")] = [d % t.dim() for d in dim]
+    return meta_values
+
+
 def _copies_onto_itself(sch, values):
     """ATen's copy_ returns at once when source and destination are the same
     elements (same storage, offset, strides, sizes, dtype): no overlap check,
@@ -118,6 +131,18 @@ def _real_kernel(kernel_name):
     return check
 
 
+def _dim_in_range(sch, values):
+    """The `dim` argument wrapped as ATen wraps it (the meta kernels of these
+    ops wrap it modulo the rank without checking)."""
+    t, dim = values[0], values[sch.names.index("dim")]
+    rank = max(t.dim(), 1)
+    if not -rank <= dim < rank:
+        name = sch.op._schema.name.split("::")[-1]
+        if t.dim() == 0 and name in ("cummax", "cummin"):
+            raise IndexError(f"{name}(): Expected reduction dim -1 or 0 for scalar but got {dim}")
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
+
+
 def _overloads(*names):
     """Each op name with its in-place form."""
     return [n for name in names for n in (f"aten::{name}", f"aten::{name}_")]
@@ -135,6 +160,8 @@ _BEFORE_META = {
     **dict.fromkeys(_overloads("atan2"), _real_kernel("atan2_cpu")),
     **dict.fromkeys(("aten::leaky_relu", "aten::leaky_relu_"), _floating_kernel("leaky_relu_cpu")),
     **dict.fromkeys(("aten::add", "aten::add_", "aten::sub", "aten::sub_"), _alpha_check),
+    **dict.fromkeys(("aten::_softmax", "aten::_log_softmax", "aten::sort", "aten::cummax", "aten::cummin"),
+                    _dim_in_range),
     **dict.fromkeys(
         ("aten::mm", "aten::addmm", "aten::addmm_", "aten::mv", "aten::addmv", "aten::addmv_", "aten::addbmm",
          "aten::addbmm_", "aten::baddbmm", "aten::baddbmm_", "aten::addr", "aten::addr_"),

@@ -504,7 +504,7 @@ def _build(entry, values, call, key):
         raise Unsupported(f"no lowering for {sch.op}")
 
     aten_checks.before_meta(sch, values)
-    meta_values = _meta_values(sch, values, call)
+    meta_values = aten_checks.meta_arguments(sch, _meta_values(sch, values, call))
     margs, mkwargs = sch.split(meta_values)
     if lowering.accepts is not None and not lowering.accepts(*margs, **mkwargs):
         raise Declined(f"the lowering of {sch.op} does not take these arguments")
