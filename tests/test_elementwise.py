@@ -755,3 +755,14 @@ def test_products_with_a_bool_mask_keep_nan():
     check(lambda x, m: x.clone().mul_(m), x, m)
     check(lambda x, m: torch.addcmul(x, x, m.float()), x, m)
     check(lambda x, m: m / x, x, m)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_python_scalars_are_rounded_to_a_low_precision_result(dtype):
+    # ATen's remainder/fmod/floor_divide/xlogy kernels get the Scalar in the
+    # tensor's dtype (0.3 -> 0.30078125 in bfloat16, 1e10 -> inf in float16):
+    # computed with the float32 scalar, bf16 x % 0.3 was off by up to a period.
+    x = torch.linspace(-3, 9, 33).to(dtype)
+    for fn in (lambda t: t % 0.3, lambda t: torch.fmod(t, 0.3), lambda t: torch.remainder(1e10, t),
+               lambda t: 1e10 // t, lambda t: torch.xlogy(t, 1e10)):
+        torch.testing.assert_close(fn(x.to(TPU)).cpu(), fn(x), equal_nan=True)

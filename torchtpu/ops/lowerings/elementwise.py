@@ -71,6 +71,14 @@ def cast(x, dt):
     return astype(x, dt)
 
 
+def rounded(x, dt, m):
+    """x in the result dtype `dt`, computed in `m`: a Python scalar rounded
+    to a bfloat16/float16 result first, as ATen's kernels receive it (only
+    add, sub, mul and div keep it in float32; 1e10 in float16 is inf)."""
+    with np.errstate(over="ignore"):
+        return cast(cast(x, dt), m)
+
+
 def float_result(ctx, *positions):
     return to_float(ctx.result_type(*positions))
 
@@ -335,6 +343,9 @@ def signbit(ctx, self):
 @lower(aten.nan_to_num.default)
 def nan_to_num(ctx, self, nan=None, posinf=None, neginf=None):
     dt = self.dtype
+    if jnp.issubdtype(dt, jnp.complexfloating):  # (ATen: the real and imaginary parts each)
+        parts = [nan_to_num(ctx, part, nan, posinf, neginf) for part in (jnp.real(self), jnp.imag(self))]
+        return lax.complex(*parts)
     if not is_floating(dt):
         return self
     info = jnp.finfo(dt)
@@ -493,7 +504,7 @@ def div_mode(ctx, self, other, rounding_mode=None):
 def floor_divide(ctx, self, other):
     dt = ctx.result_type(0, 1)
     m = opmath(dt)
-    return floor_div(cast(self, m), cast(other, m)).astype(dt)
+    return floor_div(rounded(self, dt, m), rounded(other, dt, m)).astype(dt)
 
 
 def remainder_values(a, b):
@@ -508,14 +519,14 @@ def remainder_values(a, b):
 def remainder(ctx, self, other):
     dt = ctx.result_type(0, 1)
     m = opmath(dt)
-    return remainder_values(cast(self, m), cast(other, m)).astype(dt)
+    return remainder_values(rounded(self, dt, m), rounded(other, dt, m)).astype(dt)
 
 
 @lower(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(ctx, self, other):
     dt = ctx.result_type(0, 1)
     m = opmath(dt)
-    return _rem(cast(self, m), cast(other, m)).astype(dt)
+    return _rem(rounded(self, dt, m), rounded(other, dt, m)).astype(dt)
 
 
 # -------------------------------------------------------------------- pow
@@ -596,7 +607,7 @@ def _binary_float(fn, name=None):
             raise not_implemented(name, dt)
         dt = to_float(dt)
         m = opmath(dt)
-        return fn(cast(self, m), cast(other, m)).astype(dt)
+        return fn(rounded(self, dt, m), rounded(other, dt, m)).astype(dt)
 
     return lowering
 

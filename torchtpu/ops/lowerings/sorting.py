@@ -294,10 +294,19 @@ def searchsorted(ctx, sorted_sequence, self, out_int32=False, right=False, side=
     values = values.astype(dt)
     if sorter is not None:
         seq = jnp.take_along_axis(seq, sorter.astype(jnp.int64), axis=-1)
+    out_dtype = jnp.int32 if out_int32 else jnp.int64
+    if seq.ndim == 0 and values.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension "
+                           f"is 1, but we got boundaries tensor dim(0) and input value's dim(0) numel({values.size})")
+    if seq.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
+                           "dimension")
+    if seq.size == 0 or values.size == 0:  # (no boundaries: every value goes before them all)
+        return jnp.zeros(values.shape, out_dtype)
     if seq.ndim == 1:
         idx = jnp.searchsorted(seq, values, side=side)
     else:
         rows = seq.reshape(-1, seq.shape[-1])
         idx = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(rows, values.reshape(rows.shape[0], -1))
         idx = idx.reshape(values.shape)
-    return idx.astype(jnp.int32 if out_int32 else jnp.int64)
+    return idx.astype(out_dtype)
