@@ -1357,6 +1357,46 @@ def test_dynamic_row_ops_and_slices_from_the_end_stay_bucketed(name):
     assert _graph_stats()["compilations"] <= 10, _graph_stats()["per_graph"]  # forward, backward: 4, 8, 16, 32
 
 
+def _hf_mask(attention_mask, dtype):
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+def _sdpa_over_a_cat_cache(q, past, new, attention_mask):
+    keys = torch.cat([past, new], dim=-2)
+    return F.scaled_dot_product_attention(q, keys, keys, attn_mask=_hf_mask(attention_mask, q.dtype))
+
+
+def _last_token_over_a_cat_cache(q, past, new, attention_mask):
+    # input_ids[:, -1:]: the ids' length is tied to the cache's (past + 1)
+    keys = torch.cat([past, new], dim=-2)
+    scores = q @ keys.transpose(-1, -2) + _hf_mask(attention_mask, q.dtype)
+    return scores.softmax(-1) @ keys * attention_mask[:, -1:, None, None]
+
+
+@pytest.mark.parametrize("step", [_sdpa_over_a_cat_cache, _last_token_over_a_cat_cache])
+def test_dynamic_hf_cat_cache_steps_stay_bucketed(step):
+    # HF's DynamicCache: keys concatenated to past + 1, a 2-D attention mask
+    # of its own length (a symbol of its own, equal at run time).  SDPA's mask
+    # padded to the mask's bucket did not match the scores' (past + 1), and a
+    # slice from the end of past + 1 had no rule: each compiled per token.
+    compiled = torch.compile(step, backend="tpu", dynamic=True)
+    torch.manual_seed(0)
+    past = torch.randn(2, 2, 5, 8, requires_grad=True)
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[0, :2] = 0
+    for _ in range(12):
+        q, new = torch.randn(2, 2, 1, 8, requires_grad=True), torch.randn(2, 2, 1, 8)
+        mask = torch.cat([mask, mask.new_ones(2, 1)], -1)
+        tpu_q, tpu_past = (t.detach().to("tpu").requires_grad_() for t in (q, past))
+        want, got = step(q, past, new, mask), compiled(tpu_q, tpu_past, new.to("tpu"), mask.to("tpu"))
+        assert_close(got, want, **TOL)
+        g = torch.randn(want.shape)
+        grads = torch.autograd.grad((want * g).sum(), (q, past))
+        assert_close(torch.autograd.grad((got * g.to("tpu")).sum(), (tpu_q, tpu_past)), grads, **TOL)
+        past = torch.cat([past, new], -2).detach().requires_grad_()
+    assert _graph_stats()["compilations"] <= 8, _graph_stats()["per_graph"]  # forward, backward: 8, 16
+
+
 _GATHER_SCATTER_CASES = {
     # (function of ids (4, T) in [0, 50), scores (4, 50) and w (4, 50), both differentiable)
     "repetition penalty": _repetition_penalty,

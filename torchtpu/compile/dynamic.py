@@ -750,7 +750,10 @@ class MaskRules:
         inner = self.shapes.padded_symbols([q_meta, k_meta, in_metas[q_pos + 2]], dims={1, 3})
         if inner:
             raise Unpaddable(f"{op} with padded heads or head dims", inner)
-        self._check_attention_mask(op, q_meta, k_meta, in_metas[q_pos + 3])
+        conform = self._check_attention_mask(op, q_meta, k_meta, in_metas[q_pos + 3])
+        if conform:
+            values = list(values)
+            values[q_pos + 3] = self._conform_attention_mask(op, ctx, values[q_pos + 3], conform)
 
         def validity(position):  # (B or 1, 1, n, 1): which rows of q/k/v are real
             m = masks[position]
@@ -781,6 +784,8 @@ class MaskRules:
         grads = attention.attention_backward(ctx, grad_out, query, key, value, bias, out, lse.reshape(query.shape[:-1]),
                                              is_causal, scale, query_valid=rows, key_valid=key_valid,
                                              dropout=attention.backward_dropout(dropout_p, philox_seed))
+        if conform and grads[3] is not None:  # (the mask's gradient at the mask's own padded size)
+            grads = (*grads[:3], self._conform_attention_mask(op, ctx, grads[3], conform, to_scores=False), *grads[4:])
         return grads, [q_rows, k_rows, k_rows, masks[4]]
 
     def _check_attention_mask(self, op, q_meta, k_meta, bias_meta):
@@ -789,12 +794,37 @@ class MaskRules:
         never changed) where the scores' dim is symbolic: the graph only runs
         at that size, and padding the scores alone cannot work."""
         if not isinstance(bias_meta, torch.Tensor):
-            return
+            return []
         scores = (q_meta.shape[0], q_meta.shape[1], q_meta.shape[2], k_meta.shape[2])
-        for b, n in zip(reversed(bias_meta.shape), reversed(scores)):
+        conform = []
+        for d, (b, n) in enumerate(zip(reversed(bias_meta.shape), reversed(scores))):
             if b != 1 and self.shapes.size(b) != self.shapes.size(n):
+                if self._is_prefix(b) and self._is_prefix(n):
+                    conform.append((bias_meta.dim() - 1 - d, b, n))
+                    continue
                 symbols = (_expr(b).free_symbols | _expr(n).free_symbols) & self.shapes.bucketed
                 raise Unpaddable(f"{op}: its mask's size {b} against the scores' padded {n}", symbols)
+        return conform
+
+    def _conform_attention_mask(self, op, ctx, bias, conform, to_scores=True):
+        """A mask dim whose own symbol pads differently from the scores' size
+        it equals at run time (HF's 2-D attention mask, length s, against a
+        concatenated cache, past + 1): both hold their real elements first,
+        so the mask is cut or zero-padded to the scores' padded size (or, for
+        its gradient, back); their true sizes are checked equal."""
+        for dim, b, n in conform:
+            if to_scores:
+                true_b, true_n = self.shapes.true_value(b), self.shapes.true_value(n)
+                ctx.check(jnp.asarray(true_b) == jnp.asarray(true_n),
+                          f"{op}: the attention mask's size {b} does not match the scores' {n}")
+            size = self.shapes.size(n if to_scores else b)
+            if bias.shape[dim] > size:
+                bias = lax.slice_in_dim(bias, 0, size, axis=dim)
+            elif bias.shape[dim] < size:
+                widths = [(0, 0)] * bias.ndim
+                widths[dim] = (0, size - bias.shape[dim])
+                bias = jnp.pad(bias, widths)
+        return bias
 
     def _check_from_end(self, op, values, in_metas):
         indices = {aten.slice.Tensor: (2, 3), aten.narrow.default: (2,), aten.select.int: (2,)}.get(op)

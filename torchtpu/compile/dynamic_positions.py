@@ -5,7 +5,8 @@ sequence sliced to `x[:, : n - 1]`.  The position is the symbol's true
 value, traced (`lax.dynamic_slice` / `dynamic_update_slice`), so one
 executable serves every position of a bucket; a length computed from a
 bucketed symbol is its padded size, its tail marked padding by the mask.
-Along a padded dim this needs the real elements to be a prefix, so a
+Along a padded dim this needs the real elements to be a prefix (a symbol,
+or a sum no view splits into factors: a cache length `past + 1`), so a
 merged dim (B*T, dynamic.merged_layouts) is left to the general rules.
 The same tracing serves a constant negative start along a padded dim
 (`input_ids[:, -1:]`, `logits[:, -1]`: from the true end) and a tril/triu
@@ -57,18 +58,13 @@ def applies(shapes, op, in_metas, masks):
     dim_at = position - 1
     meta = in_metas[0]
     size = meta.shape[_arg(in_metas, dim_at, 0) % max(meta.dim(), 1)]
-    if _merged(shapes, size) or _arg(in_metas, step, 1) != 1:
+    if (shapes.is_padded_dim(size) and not _prefix(shapes, size)) or _arg(in_metas, step, 1) != 1:
         return False
     if op in SCATTERS and any(m is not None for m in masks[:2]):
         return True
     if op in SLICES and _from_the_end(shapes, op, in_metas, size, position, end):
         return True
     return bool(_bucketed(shapes, _arg(in_metas, position, None)) | _bucketed(shapes, _arg(in_metas, end, None)))
-
-
-def _merged(shapes, size):
-    """A padded dim whose real elements are not a pure symbol's prefix."""
-    return shapes.is_padded_dim(size) and not isinstance(size.node.expr, sympy.Symbol)
 
 
 def _prefix(shapes, size):
