@@ -46,6 +46,15 @@ CASES = {
     "minimum int and complex scalar": lambda d: torch.minimum(torch.tensor([1, 2], device=d), torch.tensor(1j, device=d)),
     "fmax complex": lambda d: torch.fmax(torch.tensor([1j], device=d), torch.tensor([2j], device=d)),
     "atan2 complex": lambda d: torch.atan2(torch.tensor([1.0], device=d), torch.tensor([2j], device=d)),
+    # (found by a numeric edge-case probe: computed a value, or raised JAX's ValueError)
+    "relu of complex": lambda d: torch.relu(torch.tensor([1 + 2j, -3 - 1j], device=d)),
+    "clamp of complex": lambda d: torch.clamp(torch.tensor([1 + 2j], device=d), 0),
+    "round of complex": lambda d: torch.round(torch.tensor([1 + 2j], device=d)),
+    "heaviside of complex": lambda d: torch.heaviside(torch.tensor([1 + 2j], device=d), torch.tensor([1j], device=d)),
+    "hypot of complex": lambda d: torch.hypot(torch.tensor([1 + 2j], device=d), torch.tensor([1j], device=d)),
+    "clamp without bounds": lambda d: torch.clamp(torch.ones(2, device=d)),
+    "index_put_ of values that do not broadcast": lambda d: torch.zeros(4, 4, device=d).index_put_(
+        (torch.tensor([0, 1], device=d),), torch.ones(3, device=d)),
 }  # fmt: skip
 
 # the same shapes of call that are fine

@@ -143,6 +143,31 @@ def _dim_in_range(sch, values):
         raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
 
 
+def _no_complex(message, error=NotImplementedError):
+    """ATen has no complex kernel for these (the meta kernels accept one:
+    relu of -3-1j gave 0j)."""
+    def check(sch, values):
+        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in values):
+            raise error(message)
+
+    return check
+
+
+def _no_complex_kernel(kernel_name):
+    def check(sch, values):
+        for v in values:
+            if isinstance(v, torch.Tensor) and v.is_complex():
+                raise _not_implemented(kernel_name, v.dtype)
+
+    return check
+
+
+def _clamp_bounds(sch, values):
+    if sch.op._schema.name in ("aten::clamp", "aten::clamp_") and values[1] is None and values[2] is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    _no_complex("clamp is not supported for complex types")(sch, values)
+
+
 def _overloads(*names):
     """Each op name with its in-place form."""
     return [n for name in names for n in (f"aten::{name}", f"aten::{name}_")]
@@ -160,6 +185,11 @@ _BEFORE_META = {
     **dict.fromkeys(_overloads("atan2"), _real_kernel("atan2_cpu")),
     **dict.fromkeys(("aten::leaky_relu", "aten::leaky_relu_"), _floating_kernel("leaky_relu_cpu")),
     **dict.fromkeys(("aten::add", "aten::add_", "aten::sub", "aten::sub_"), _alpha_check),
+    **dict.fromkeys(_overloads("clamp", "clamp_min", "clamp_max", "relu"), _clamp_bounds),
+    **dict.fromkeys(_overloads("round"), _no_complex_kernel("round_vml_cpu")),
+    **dict.fromkeys(_overloads("heaviside"), _no_complex("heaviside is not yet implemented for complex tensors.",
+                                                         RuntimeError)),
+    **dict.fromkeys(_overloads("hypot"), _no_complex_kernel("hypot_cpu")),
     **dict.fromkeys(("aten::_softmax", "aten::_log_softmax", "aten::sort", "aten::cummax", "aten::cummin"),
                     _dim_in_range),
     **dict.fromkeys(

@@ -9,6 +9,7 @@ themselves read as a fill value (NaN for floating types, the dtype's minimum
 for integers) and out-of-range scatter elements are dropped, never clamped.
 """
 
+import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
@@ -421,9 +422,22 @@ def index_put(ctx, self, indices, values, accumulate=False, unsafe=False):
         check_advanced_indices(ctx, self, indices)
     at = self.at[index_tuple(indices)]
     values = jnp.asarray(values).astype(self.dtype)
+    _check_broadcasts(values.shape, jax.eval_shape(lambda x: x[index_tuple(indices)], self).shape)
     if accumulate:
         return _accumulate(at, values)
     return at.set(values, mode="drop")
+
+
+def _check_broadcasts(value_shape, result_shape):
+    """ATen's error for values that do not broadcast to the indexed elements
+    (JAX would raise its own ValueError); leading 1s of the values are
+    dropped first, as ATen does."""
+    extra = max(len(value_shape) - len(result_shape), 0)
+    trailing = tuple(value_shape[extra:])
+    aligned = (1,) * (len(result_shape) - len(trailing)) + trailing
+    if any(n != 1 for n in value_shape[:extra]) or any(v not in (1, r) for v, r in zip(aligned, result_shape)):
+        raise RuntimeError(f"shape mismatch: value tensor of shape [{', '.join(map(str, value_shape))}] cannot be "
+                           f"broadcast to indexing result of shape [{', '.join(map(str, result_shape))}]")
 
 
 def _masked_put(ctx, self, indices, values, accumulate):
