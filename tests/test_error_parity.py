@@ -53,6 +53,9 @@ CASES = {
     "heaviside of complex": lambda d: torch.heaviside(torch.tensor([1 + 2j], device=d), torch.tensor([1j], device=d)),
     "hypot of complex": lambda d: torch.hypot(torch.tensor([1 + 2j], device=d), torch.tensor([1j], device=d)),
     "clamp without bounds": lambda d: torch.clamp(torch.ones(2, device=d)),
+    "int floor_divide by 0": lambda d: _synced(d, lambda: torch.arange(3, device=d) // 0),
+    "int remainder by 0": lambda d: _synced(d, lambda: torch.arange(3, device=d) % 0),
+    "int fmod by 0": lambda d: _synced(d, lambda: torch.fmod(torch.arange(3, device=d), 0)),
     "index_put_ of values that do not broadcast": lambda d: torch.zeros(4, 4, device=d).index_put_(
         (torch.tensor([0, 1], device=d),), torch.ones(3, device=d)),
 }  # fmt: skip

@@ -490,11 +490,25 @@ def trunc_div(a, b):
     return jnp.trunc(a / b)
 
 
+def _no_integer_division_by_zero(ctx, dt, other):
+    """ATen's integer division kernels raise for a zero divisor.  A Python
+    number is checked here, or on the device when traced (a wrapped scalar);
+    a tensor divisor is not (see README)."""
+    if is_inexact(dt) or jnp.ndim(other) != 0:
+        return
+    if type(other) in (int, float, bool):
+        if other == 0:
+            raise RuntimeError("ZeroDivisionError")
+    else:
+        ctx.check(jnp.asarray(other) != 0, "ZeroDivisionError")
+
+
 @lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(ctx, self, other, rounding_mode=None):
     if rounding_mode is None:
         return div(ctx, self, other)
     dt = ctx.result_type(0, 1)
+    _no_integer_division_by_zero(ctx, dt, other)
     m = opmath(dt)
     fn = trunc_div if rounding_mode == "trunc" else floor_div
     return fn(cast(self, m), cast(other, m)).astype(dt)
@@ -503,6 +517,7 @@ def div_mode(ctx, self, other, rounding_mode=None):
 @lower(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(ctx, self, other):
     dt = ctx.result_type(0, 1)
+    _no_integer_division_by_zero(ctx, dt, other)
     m = opmath(dt)
     return floor_div(rounded(self, dt, m), rounded(other, dt, m)).astype(dt)
 
@@ -518,6 +533,7 @@ def remainder_values(a, b):
 @lower(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
 def remainder(ctx, self, other):
     dt = ctx.result_type(0, 1)
+    _no_integer_division_by_zero(ctx, dt, other)
     m = opmath(dt)
     return remainder_values(rounded(self, dt, m), rounded(other, dt, m)).astype(dt)
 
@@ -525,6 +541,7 @@ def remainder(ctx, self, other):
 @lower(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(ctx, self, other):
     dt = ctx.result_type(0, 1)
+    _no_integer_division_by_zero(ctx, dt, other)
     m = opmath(dt)
     return _rem(rounded(self, dt, m), rounded(other, dt, m)).astype(dt)
 
