@@ -1344,7 +1344,7 @@ def test_dynamic_row_ops_and_slices_from_the_end_stay_bucketed(name):
     fn = _GROWING_SEQUENCE_CASES[name]
     compiled = torch.compile(fn, backend="tpu", dynamic=True)
     data = torch.randn(3, 17, 6, generator=torch.Generator().manual_seed(0))
-    for length in range(3, 18):
+    for length in (3, 5, 8, 11, 17):  # (few lengths: each new shape also compiles the test's eager kernels)
         x = data[:, :length].clone().requires_grad_()
         tpu_x = x.detach().to("tpu").requires_grad_()
         want, got = fn(x), compiled(tpu_x)
@@ -1354,7 +1354,7 @@ def test_dynamic_row_ops_and_slices_from_the_end_stay_bucketed(name):
             (grad,) = torch.autograd.grad((want * g).sum(), x)
             (tpu_grad,) = torch.autograd.grad((got * g.to("tpu")).sum(), tpu_x)
             assert_close(tpu_grad, grad, **TOL)
-    assert _graph_stats()["compilations"] <= 10, _graph_stats()["per_graph"]  # forward, backward: 4, 8, 16, 32
+    assert _graph_stats()["compilations"] <= 8, _graph_stats()["per_graph"]  # forward, backward: 4, 8, 16, 32
 
 
 def _hf_mask(attention_mask, dtype):
@@ -1384,7 +1384,7 @@ def test_dynamic_hf_cat_cache_steps_stay_bucketed(step):
     past = torch.randn(2, 2, 5, 8, requires_grad=True)
     mask = torch.ones(2, 5, dtype=torch.long)
     mask[0, :2] = 0
-    for _ in range(12):
+    for _ in range(8):
         q, new = torch.randn(2, 2, 1, 8, requires_grad=True), torch.randn(2, 2, 1, 8)
         mask = torch.cat([mask, mask.new_ones(2, 1)], -1)
         tpu_q, tpu_past = (t.detach().to("tpu").requires_grad_() for t in (q, past))
@@ -1423,7 +1423,7 @@ def test_dynamic_gather_and_scatter_over_a_growing_sequence(name):
     scores, w = torch.randn(4, 50, requires_grad=True), torch.randn(4, 50, requires_grad=True)
     tpu_scores, tpu_w = (t.detach().to("tpu").requires_grad_() for t in (scores, w))
     ids = torch.randint(0, 50, (4, 20), generator=torch.Generator().manual_seed(0))
-    for length in range(4, 20):
+    for length in (4, 5, 9, 13, 19):
         want, got = fn(ids[:, :length], scores, w), compiled(ids[:, :length].to("tpu"), tpu_scores, tpu_w)
         assert_close(got, want, **TOL)
         g = torch.randn(want.shape)
