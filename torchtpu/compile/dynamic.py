@@ -123,6 +123,13 @@ class Shapes:
     def is_padded_dim(self, x) -> bool:
         return isinstance(x, torch.SymInt) and bool(_expr(x).free_symbols & self.bucketed)
 
+    def is_prefix(self, x) -> bool:
+        """Whether a symbolic size, padded, holds its real elements first: a
+        symbol, or a sum no view splits into factors (`p + 1`); not a merged
+        B*T (or a static size)."""
+        expr = _expr(x)
+        return isinstance(expr, sympy.Symbol) or self.layouts.get(expr) == (expr,)
+
     def padded_dims(self, meta):
         return [d for d, n in enumerate(meta.shape) if self.is_padded_dim(n)]
 
@@ -799,7 +806,7 @@ class MaskRules:
         conform = []
         for d, (b, n) in enumerate(zip(reversed(bias_meta.shape), reversed(scores))):
             if b != 1 and self.shapes.size(b) != self.shapes.size(n):
-                if self._is_prefix(b) and self._is_prefix(n):
+                if self.shapes.is_prefix(b) and self.shapes.is_prefix(n):
                     conform.append((bias_meta.dim() - 1 - d, b, n))
                     continue
                 symbols = (_expr(b).free_symbols | _expr(n).free_symbols) & self.shapes.bucketed
@@ -883,15 +890,11 @@ class MaskRules:
         keepdim = True if keepdim_at is None else bool(values[keepdim_at]) if keepdim_at < len(values) else False
         padded = [d for d in dims if d in self.shapes.padded_dims(meta)]
         if padded:
-            if op not in ARG_EXTREMES or len(dims) != 1 or not self._is_prefix(meta.shape[dims[0]]):
+            if op not in ARG_EXTREMES or len(dims) != 1 or not self.shapes.is_prefix(meta.shape[dims[0]]):
                 raise Unpaddable(f"{op} along a padded dim", self.shapes.padded_symbols([meta], padded))
             values = [_neutral(x, _full(mask, x.shape), _in_range(ARG_EXTREMES[op], x.dtype))] + list(values[1:])
         out = _any(mask, dims, keepdim, x.shape)
         return fn(ctx, *values), [out if isinstance(m, torch.Tensor) else None for m in out_meta]
-
-    def _is_prefix(self, size):
-        expr = _expr(size)
-        return isinstance(expr, sympy.Symbol) or self.shapes.layouts.get(expr) == (expr,)
 
     def _contraction(self, op, values, masks, fn, ctx):
         a_pos, b_pos = (1, 2) if op == aten.addmm.default else (0, 1)

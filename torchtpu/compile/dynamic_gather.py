@@ -61,8 +61,7 @@ def lower(shapes, op, values, masks, in_metas, fn, ctx):
     _check_rows(shapes, self_meta, index_meta, dim, alike=True)
     reduce = SCATTERS[op]
     if isinstance(reduce, int):
-        reduce = values[reduce]
-        reduce = _LEGACY.get(reduce, reduce) if op is not aten.scatter_reduce.two else reduce
+        reduce = _LEGACY.get(values[reduce], values[reduce])  # (scatter_reduce's names are not legacy ones)
     if index_mask is None:
         return fn(ctx, *values), [masks[0]]
     if reduce not in (None, "sum", "prod", "amax", "amin"):

@@ -22,7 +22,6 @@ dynamic slice never clamps its start back onto real elements."""
 import sys
 
 import jax.numpy as jnp
-import sympy
 import torch
 from jax import lax
 
@@ -68,12 +67,8 @@ def applies(shapes, op, in_metas, masks):
 
 
 def _prefix(shapes, size):
-    """A padded dim whose real elements are a prefix: a symbol, or a sum no
-    view splits into factors (`p + 1`)."""
-    if not shapes.is_padded_dim(size):
-        return False
-    expr = size.node.expr
-    return isinstance(expr, sympy.Symbol) or shapes.layouts.get(expr) == (expr,)
+    """A padded dim whose real elements are a prefix (Shapes.is_prefix)."""
+    return shapes.is_padded_dim(size) and shapes.is_prefix(size)
 
 
 def _from_the_end(shapes, op, in_metas, size, position, end):

@@ -15,10 +15,9 @@ import numpy as np
 import torch
 from torch.fx.node import map_aggregate, map_arg
 
-from ..ops import transfer
+from ..ops import aten_checks, scalar_overflow, transfer
 from ..ops.context import LoweringContext, matmul_scope
 from ..ops.registry import find_graph_lowering
-from ..ops import aten_checks, scalar_overflow
 from ..ops.schema import schema_of
 from ..runtime import executable_cache
 from ..runtime.dtypes import to_jax, torch_to_numpy

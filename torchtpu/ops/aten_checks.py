@@ -113,14 +113,6 @@ def _same_source_dtype(message):
     return check
 
 
-def _no_complex_extremum(name):
-    def check(sch, values):
-        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in values):
-            raise RuntimeError(f"{name} not implemented for complex tensors.")
-
-    return check
-
-
 def _real_kernel(kernel_name):
     # ATen's kernel has no complex version (the meta kernel accepts it)
     def check(sch, values):
@@ -143,29 +135,32 @@ def _dim_in_range(sch, values):
         raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
 
 
-def _no_complex(message, error=NotImplementedError):
+def _no_complex(error):
     """ATen has no complex kernel for these (the meta kernels accept one:
-    relu of -3-1j gave 0j)."""
-    def check(sch, values):
-        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in values):
-            raise error(message)
-
-    return check
-
-
-def _no_complex_kernel(kernel_name):
+    relu of -3-1j gave 0j): `error(dtype)` is raised for a complex input."""
     def check(sch, values):
         for v in values:
             if isinstance(v, torch.Tensor) and v.is_complex():
-                raise _not_implemented(kernel_name, v.dtype)
+                raise error(v.dtype)
 
     return check
+
+
+def _complex_kernel_missing(kernel_name):
+    return _no_complex(lambda dtype: _not_implemented(kernel_name, dtype))
+
+
+def _complex_unsupported(message, error=NotImplementedError):
+    return _no_complex(lambda dtype: error(message))
+
+
+_no_complex_clamp = _complex_unsupported("clamp is not supported for complex types")
 
 
 def _clamp_bounds(sch, values):
     if sch.op._schema.name in ("aten::clamp", "aten::clamp_") and values[1] is None and values[2] is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
-    _no_complex("clamp is not supported for complex types")(sch, values)
+    _no_complex_clamp(sch, values)
 
 
 def _overloads(*names):
@@ -181,15 +176,16 @@ _BEFORE_META = {
         "index_copy_(): self and source expected to have the same dtype, but got (self) {} and (source) {}")),
     **dict.fromkeys(_overloads("put"), _same_source_dtype(
         "put_(): self and source expected to have the same dtype, but got self.dtype = {} and source.dtype = {}")),
-    **{f"aten::{name}": _no_complex_extremum(name) for name in ("maximum", "minimum", "fmax", "fmin")},
+    **{f"aten::{name}": _complex_unsupported(f"{name} not implemented for complex tensors.", RuntimeError)
+       for name in ("maximum", "minimum", "fmax", "fmin")},
     **dict.fromkeys(_overloads("atan2"), _real_kernel("atan2_cpu")),
     **dict.fromkeys(("aten::leaky_relu", "aten::leaky_relu_"), _floating_kernel("leaky_relu_cpu")),
     **dict.fromkeys(("aten::add", "aten::add_", "aten::sub", "aten::sub_"), _alpha_check),
     **dict.fromkeys(_overloads("clamp", "clamp_min", "clamp_max", "relu"), _clamp_bounds),
-    **dict.fromkeys(_overloads("round"), _no_complex_kernel("round_vml_cpu")),
-    **dict.fromkeys(_overloads("heaviside"), _no_complex("heaviside is not yet implemented for complex tensors.",
-                                                         RuntimeError)),
-    **dict.fromkeys(_overloads("hypot"), _no_complex_kernel("hypot_cpu")),
+    **dict.fromkeys(_overloads("round"), _complex_kernel_missing("round_vml_cpu")),
+    **dict.fromkeys(_overloads("heaviside"), _complex_unsupported(
+        "heaviside is not yet implemented for complex tensors.", RuntimeError)),
+    **dict.fromkeys(_overloads("hypot"), _complex_kernel_missing("hypot_cpu")),
     **dict.fromkeys(("aten::_softmax", "aten::_log_softmax", "aten::sort", "aten::cummax", "aten::cummin"),
                     _dim_in_range),
     **dict.fromkeys(
