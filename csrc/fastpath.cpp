@@ -30,6 +30,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "allocator.h"
@@ -119,7 +120,8 @@ struct State {
   // (runtime/outside_dynamo.py says why).
   py::object slow_path_outside_dynamo;
   std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> ops;
-  std::unordered_map<Key, std::unique_ptr<Spec>, KeyHash> cache;
+  // Shared: a hit holds its spec while it runs, whatever Python evicts.
+  std::unordered_map<Key, std::shared_ptr<Spec>, KeyHash> cache;
   int64_t hits = 0;
   int64_t misses = 0;
 };
@@ -420,8 +422,8 @@ py::object to_python(const c10::IValue& v) {
   return torch::jit::toPyObject(v);
 }
 
-std::unique_ptr<Spec> spec_from_python(py::handle obj) {
-  auto spec = std::make_unique<Spec>();
+std::shared_ptr<Spec> spec_from_python(py::handle obj) {
+  auto spec = std::make_shared<Spec>();
   py::tuple t = py::reinterpret_borrow<py::tuple>(obj);
   spec->jitted = t[0];
   for (auto s : t[1]) {
@@ -704,7 +706,8 @@ void tpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     auto it = s->cache.find(call.key);
     if (it != s->cache.end()) {
       ++s->hits;
-      run_spec(*it->second, op, stack, call);
+      const std::shared_ptr<Spec> spec = it->second;
+      run_spec(*spec, op, stack, call);
       return;
     }
     ++s->misses;
@@ -839,6 +842,23 @@ std::pair<int64_t, int64_t> fastpath_stats() {
 
 void clear_fastpath_cache() {
   state()->cache.clear();
+}
+
+// Drops the cached specs that run any of `executables` (kernels the
+// Python kernel cache evicted: ops/kernel_cache.py).
+void forget_kernels(const py::list& executables) {
+  std::unordered_set<PyObject*> gone;
+  for (const auto& executable : executables) {
+    gone.insert(executable.ptr());
+  }
+  auto& cache = state()->cache;
+  for (auto it = cache.begin(); it != cache.end();) {
+    if (gone.count(it->second->jitted.ptr()) != 0) {
+      it = cache.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace torchtpu

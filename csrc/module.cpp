@@ -30,6 +30,7 @@ std::pair<int64_t, int64_t> fastpath_stats();
 void set_dynamic_scalar(const std::string& name, const std::string& overload, int position);
 void set_launch_blocking(py::object wait);
 void clear_fastpath_cache();
+void forget_kernels(const py::list& executables);
 py::object graph_call_key(const py::tuple& args);
 py::list bind_fresh(const py::list& specs, int device, const py::tuple& results, const py::list& sigs);
 
@@ -96,6 +97,11 @@ PYBIND11_MODULE(_C, m) {
       &set_dynamic_scalar,
       "From now on pass this Scalar argument of the op traced, not baked in.");
   m.def("_clear_fastpath_cache", &clear_fastpath_cache);
+  m.def(
+      "_forget_kernels",
+      &forget_kernels,
+      "Drop the C++ cache's entries that run any of these executables "
+      "(kernels the Python kernel cache evicted).");
   m.def(
       "_graph_call_key",
       &graph_call_key,

@@ -65,9 +65,12 @@ def compile_stats() -> dict:
 
 
 def kernel_cache_stats() -> dict:
-    """Eager kernel cache: distinct kernels compiled, Python-path calls, and
-    the C++ entry point's cache hits/misses."""
+    """Eager kernel cache: distinct kernels compiled, Python-path calls, the
+    C++ entry point's cache hits/misses, and the kernels held, their limit
+    (TORCHTPU_KERNEL_CACHE_SIZE) and how many were evicted."""
     from .ops import dispatch
 
     hits, misses = _C._fastpath_stats()
-    return dict(dispatch.stats, cached=len(dispatch._cache), fast_hits=hits, fast_misses=misses)
+    cache = dispatch._cache
+    return dict(dispatch.stats, cached=len(cache), limit=cache.limit, evicted=cache.evictions,
+                fast_hits=hits, fast_misses=misses)

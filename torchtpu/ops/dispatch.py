@@ -21,7 +21,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import to_jax
-from . import aten_checks, host_fill, plans, scalar_overflow
+from . import aten_checks, host_fill, kernel_cache, plans, scalar_overflow
 from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
@@ -43,8 +43,9 @@ _next_rng = _C._next_rng
 _drain = boxes.drain
 _boxes = boxes.boxes
 
-# Key -> _Kernel.  Counted so tests and benchmarks can see compilations.
-_cache: dict = {}
+# Key -> _Kernel, bounded (least recently used kernels are evicted).
+# Counted so tests and benchmarks can see compilations.
+_cache = kernel_cache.KernelCache(kernel_cache.limit_from_env())
 stats = {"calls": 0, "compiles": 0}
 
 
@@ -261,6 +262,7 @@ class _Kernel:
         "checks",  # device-side check table when the last output is a check code
         "returns",  # how to assemble the op's return value
         "key",  # keys the executable on disk (the in-memory key, or UNCACHEABLE)
+        "__weakref__",  # (tests see evicted kernels freed)
     )
 
     def fastpath_spec(self):

@@ -264,9 +264,11 @@ class LazyExecutable:
     when this (key, argument types) was compiled before.  `aux` is a pair
     (get, set) of facts recorded while tracing, stored with the executable
     and restored on a hit.  A later call whose argument types differ from
-    the compiled ones goes through jax.jit, which retraces, as before."""
+    the compiled ones goes through jax.jit, which retraces, as before.
+    `used` is set by every call (the kernel cache's recency, see
+    ops/kernel_cache.py)."""
 
-    __slots__ = ("fn", "key", "jit_kwargs", "aux", "compiled", "_jitted")
+    __slots__ = ("fn", "key", "jit_kwargs", "aux", "compiled", "_jitted", "used")
 
     def __init__(self, fn, key, jit_kwargs, aux=None):
         self.fn = fn
@@ -275,8 +277,10 @@ class LazyExecutable:
         self.aux = aux
         self.compiled = None
         self._jitted = None
+        self.used = False
 
     def __call__(self, *args):
+        self.used = True
         compiled = self.compiled
         if compiled is None:
             # (a first call can come from the C++ entry point, in the eager
