@@ -1437,6 +1437,27 @@ def test_dynamic_gather_and_scatter_over_a_growing_sequence(name):
         assert _graph_stats()["compilations"] <= 8, _graph_stats()["per_graph"]  # forward, backward: 4, 8, 16
 
 
+@pytest.mark.parametrize("op", ["gather", "scatter", "scatter_add"])
+def test_dynamic_gather_and_scatter_index_past_the_true_size_raises(op):
+    # Along a padded dim, an index between the true and the padded size is
+    # in range for the padded array: it must still raise, not read or write
+    # the padding.
+    def fn(scores, ids):
+        if op == "gather":
+            return scores.gather(1, ids) * 2
+        src = torch.ones(ids.shape, device=ids.device)
+        return getattr(scores, op)(1, ids, src) * 2
+
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for n in (5, 6, 7):
+        scores = torch.randn(2, n, device="tpu")
+        good = torch.tensor([[0, n - 1], [1, 2]])
+        assert_close(compiled(scores, good.to("tpu")), fn(scores.cpu(), good), **TOL)
+        with pytest.raises(RuntimeError, match=f"index {n} is out of bounds for dimension 1"):
+            compiled(scores, torch.tensor([[0, n], [1, 2]], device="tpu")).cpu()
+    assert _graph_stats()["compilations"] <= 2, _graph_stats()["per_graph"]
+
+
 def test_dynamic_integer_argument_shrinking_a_static_tensor_and_as_a_count():
     # w[:, p:] of a parameter: its size 24 - p shrinks as p grows, so p keeps
     # its value (found by a probe: the backward padded its gradient input by

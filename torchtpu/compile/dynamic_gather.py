@@ -51,6 +51,7 @@ def lower(shapes, op, values, masks, in_metas, fn, ctx):
     self_meta, index_meta = in_metas[0], in_metas[2]
     dim = values[1] % max(values[0].ndim, 1)
     index, index_mask = values[2], masks[2]
+    _check_true_range(shapes, ctx, self_meta, dim, index, index_mask)
     if op in GATHERS:
         _check_rows(shapes, self_meta, index_meta, dim, alike=False)
         if index_mask is None:
@@ -84,6 +85,21 @@ def lower(shapes, op, values, masks, in_metas, fn, ctx):
     else:
         values[3] = jnp.where(index_mask, src, jnp.take_along_axis(src, first, axis=dim))
     return fn(ctx, *values), [masks[0]]
+
+
+def _check_true_range(shapes, ctx, self_meta, dim, index, index_mask):
+    """The lowering checks the indices against `self`'s padded size along
+    `dim`; the real ones must also be below its true size, or a gather would
+    read padding and a scatter write into it."""
+    size = self_meta.shape[dim] if self_meta.ndim else 1
+    if not shapes.is_padded_dim(size):
+        return
+    true_size = shapes.true_value(size)
+    real = jnp.ones(index.shape, bool) if index_mask is None else jnp.broadcast_to(index_mask, index.shape)
+    bad = (real & (index >= true_size)).reshape(-1)
+    if bad.size:
+        ctx.check(~jnp.any(bad), f"index {{value}} is out of bounds for dimension {dim}", RuntimeError,
+                  value=index.reshape(-1)[jnp.argmax(bad)])
 
 
 def _check_rows(shapes, self_meta, index_meta, dim, alike):
