@@ -22,6 +22,9 @@ CASES = {
     "full": lambda d, dt, v: torch.full((3,), v, dtype=dt, device=d),
     "full_like": lambda d, dt, v: torch.full_like(torch.zeros(3, dtype=dt, device=d), v),
     "masked_fill": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).masked_fill(M.to(d), v),
+    # a 0-d value tensor on the device: ATen reads it as a Scalar
+    "masked_fill value tensor": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).masked_fill(
+        M.to(d), torch.tensor(v, device=d)),
     "index_fill_": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).index_fill_(0, IDX.to(d), v),
     "scatter": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).scatter(0, IDX.to(d), v),
     "clamp_min": lambda d, dt, v: torch.zeros(3, dtype=dt, device=d).clamp(min=v),

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from .. import scalar_overflow
 from ..registry import lower
 from ..schema import schema_of
 from ..special import special
@@ -479,10 +480,20 @@ def check_advanced_indices(ctx, self, indices):
 # ------------------------------------------------------------ masks
 
 
-@lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+@lower(aten.masked_fill.Scalar)
 def masked_fill(ctx, self, mask, value):
     dtype = ctx.out_dtype
     return jnp.where(mask, jnp.asarray(value).astype(dtype), self.astype(dtype))
+
+
+@lower(aten.masked_fill.Tensor)
+def masked_fill_tensor(ctx, self, mask, value):
+    """ATen reads a device value tensor as a Scalar (`item()`) and converts
+    it with an overflow check, as for a Scalar value (scalar_overflow.py)."""
+    result_dtype = ctx.out_meta[0].dtype
+    if result_dtype in scalar_overflow.CPP_NAMES:
+        scalar_overflow.device_check(ctx, value, result_dtype)
+    return masked_fill(ctx, self, mask, value)
 
 
 for _op in (aten.masked_fill.Tensor, aten.masked_fill_.Tensor, aten.masked_fill.Tensor_out):
