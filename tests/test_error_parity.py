@@ -216,3 +216,30 @@ def test_dim_out_of_range_raises_like_cpu(name, compiled):
     run = torch.compile(fn, backend="tpu") if compiled else fn
     with pytest.raises(type(cpu.value), match=re.escape(str(cpu.value)[:40])):
         run(x.to("tpu"))
+
+
+# Reductions without an identity over no elements: the meta kernels raised
+# JAX's "reducing over zero-size dimension" or another message.  (Compiled,
+# dynamo's fake-tensor tracing raises first, as with any backend.)
+EMPTY_REDUCTIONS = {
+    "amax(0)": lambda x: x.amax(0),
+    "amin((1, 0))": lambda x: x.amin((1, 0)),
+    "amax(-2)": lambda x: x.amax(-2),
+    "amax()": lambda x: x.amax(),
+    "argmax(0)": lambda x: x.argmax(0),
+    "argmin()": lambda x: x.argmin(),
+    "kthvalue(1, 0)": lambda x: x.kthvalue(1, 0).values,
+    "aminmax(dim=0)": lambda x: torch.aminmax(x, dim=0).min,
+    "aminmax()": lambda x: torch.aminmax(x).max,
+    "topk(4, 1)": lambda x: x.topk(4, 1).values,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_REDUCTIONS))
+def test_empty_reduction_raises_like_cpu(name):
+    fn = EMPTY_REDUCTIONS[name]
+    x = torch.empty(0, 3)
+    with pytest.raises((IndexError, RuntimeError)) as cpu:
+        fn(x)
+    with pytest.raises(type(cpu.value), match=re.escape(str(cpu.value))):
+        fn(x.to("tpu"))

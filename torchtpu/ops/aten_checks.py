@@ -135,6 +135,48 @@ def _dim_in_range(sch, values):
         raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
 
 
+def _is_empty_along(t, dim):
+    """Whether `t` has no elements along `dim` (a 0-d tensor has one; a
+    symbolic size is never 0: dynamo specializes 0 and 1)."""
+    if t.dim() == 0 or not -t.dim() <= dim < t.dim():
+        return False  # (an out-of-range dim is the meta kernel's error)
+    size = t.shape[dim]
+    return type(size) is int and size == 0
+
+
+def _nonempty_reduction(sch, values):
+    """Reductions without an identity (amax, argmax, kthvalue, aminmax) over
+    no elements raise ATen's errors: the meta kernels raise others (JAX's
+    "reducing over zero-size dimension") or none."""
+    t, name = values[0], sch.op._schema.name.split("::")[-1].rstrip("_")
+    if name in ("amax", "amin"):
+        dims = values[sch.names.index("dim")]
+        if not dims and t.numel() == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        empty = [d for d in dims if _is_empty_along(t, d)]
+        if empty:  # (the dim as given)
+            raise IndexError(f"{name}(): Expected reduction dim {empty[0]} to have non-zero size.")
+        return
+    dim = values[sch.names.index("dim")]
+    if dim is None:
+        if t.numel() == 0:
+            if name == "aminmax":
+                raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation "
+                                   "has no identity.")
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    elif _is_empty_along(t, dim):
+        label = "aminmax:" if name == "aminmax" else f"{name}():"
+        raise IndexError(f"{label} Expected reduction dim {dim % t.dim()} to have non-zero size.")
+
+
+def _topk_k_in_range(sch, values):
+    t, k, dim = values[0], values[1], values[2]
+    size = t.shape[dim] if t.dim() and -t.dim() <= dim < t.dim() else 1
+    if type(k) is int and type(size) is int and not 0 <= k <= size:
+        raise RuntimeError("selected index k out of range")
+
+
 def _no_complex(error):
     """ATen has no complex kernel for these (the meta kernels accept one:
     relu of -3-1j gave 0j): `error(dtype)` is raised for a complex input."""
@@ -188,6 +230,9 @@ _BEFORE_META = {
     **dict.fromkeys(_overloads("hypot"), _complex_kernel_missing("hypot_cpu")),
     **dict.fromkeys(("aten::_softmax", "aten::_log_softmax", "aten::sort", "aten::cummax", "aten::cummin"),
                     _dim_in_range),
+    **dict.fromkeys(("aten::amax", "aten::amin", "aten::argmax", "aten::argmin", "aten::kthvalue", "aten::aminmax"),
+                    _nonempty_reduction),
+    "aten::topk": _topk_k_in_range,
     **dict.fromkeys(
         ("aten::mm", "aten::addmm", "aten::addmm_", "aten::mv", "aten::addmv", "aten::addmv_", "aten::addbmm",
          "aten::addbmm_", "aten::baddbmm", "aten::baddbmm_", "aten::addr", "aten::addr_"),
