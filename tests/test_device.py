@@ -56,6 +56,19 @@ def test_float_to_int_truncates_like_torch():
     assert torch.equal(x.to("tpu").to(torch.bool).cpu(), x.to(torch.bool))
 
 
+@pytest.mark.parametrize("dst_dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
+                                       torch.float8_e5m2fnuz], ids=str)
+@pytest.mark.parametrize("src_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32], ids=str)
+def test_float8_conversion_saturates_like_c10(src_dtype, dst_dtype):
+    # float8_e4m3fn has no infinity: c10 saturates to +-448 (inf too), where
+    # XLA's convert gave NaN; the other float8 types follow their own rules.
+    values = [500.0, 65504.0, float("inf"), -float("inf"), -1000.0, float("nan"), 240.0, 250.0, 464.0, 1e-10, -3.0]
+    src = torch.tensor(values).to(src_dtype)
+    want = src.to(dst_dtype).float()
+    for got in (src.to("tpu").to(dst_dtype), torch.compile(lambda x: x.to(dst_dtype), backend="tpu")(src.to("tpu"))):
+        torch.testing.assert_close(got.cpu().float(), want, rtol=0, atol=0, equal_nan=True)
+
+
 def test_noncontiguous_transfers():
     base = torch.arange(60.0).view(3, 4, 5)
     src = base.permute(2, 0, 1)[1:, :, ::2]

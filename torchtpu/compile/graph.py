@@ -17,6 +17,7 @@ from torch.fx.node import map_aggregate, map_arg
 
 from ..ops import aten_checks, scalar_overflow, transfer
 from ..ops.context import LoweringContext, matmul_scope
+from ..ops.lowerings.common import astype
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
 from ..runtime import executable_cache
@@ -444,7 +445,7 @@ def _conform_one(value, meta, op):
     dtype = to_jax(meta.dtype)
     value = jnp.asarray(value)
     if value.dtype != dtype:
-        value = value.astype(dtype)
+        value = astype(value, dtype)
     shape = tuple(meta.shape)
     if value.shape != shape:
         if 0 in shape:

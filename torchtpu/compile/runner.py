@@ -249,7 +249,8 @@ class CompiledGraph(DynamicCalls):
         # storage rewritten through a reshaped view).
         candidates = [position for position, _, _ in donated]
         lowered = lower(candidates)
-        out_avals = [(tuple(a.shape), np.dtype(a.dtype).str) for a in jax.tree_util.tree_leaves(lowered.out_info)]
+        # (the dtype itself: `.str` is '<V2' for bfloat16, '<V1' for most float8 types)
+        out_avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in jax.tree_util.tree_leaves(lowered.out_info)]
         first = first_write()
         usable = []
         for position, slot, before in donated:

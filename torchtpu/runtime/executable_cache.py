@@ -86,11 +86,18 @@ def _encode(value, out):
     elif t is type:
         out.append(f"type:{value.__module__}.{value.__qualname__}")
     elif isinstance(value, np.dtype):
-        out.append(f"np:{value.str}")
+        out.append(f"np:{_dtype_name(value)}")
     elif isinstance(value, enum.Enum):
         out.append(f"enum:{t.__module__}.{t.__qualname__}.{value.name}")
     else:
         raise _Unstable(t.__name__)
+
+
+def _dtype_name(dtype):
+    """A NumPy dtype's name and byte layout: `.str` alone is '<V1' for every
+    1-byte ml_dtypes type (float8_e4m3fn, float8_e5m2fnuz, int4, ...) and
+    '<V2' for bfloat16."""
+    return f"{dtype.name}{dtype.str}"
 
 
 def _aval_parts(args):
@@ -98,7 +105,7 @@ def _aval_parts(args):
     for a in args:
         if hasattr(a, "shape") and hasattr(a, "dtype"):  # arrays, ShapeDtypeStructs, NumPy scalars
             weak = "w" if getattr(a, "weak_type", False) else ""
-            out.append(f"{np.dtype(a.dtype).str}{weak}{tuple(a.shape)}")
+            out.append(f"{_dtype_name(np.dtype(a.dtype))}{weak}{tuple(a.shape)}")
         else:  # a Python scalar: traced weakly typed, so its type is its aval
             out.append(f"py:{type(a).__name__}")
     return out

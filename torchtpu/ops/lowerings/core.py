@@ -4,18 +4,19 @@ import jax.numpy as jnp
 import torch
 
 from ..registry import lower
+from .common import astype
 
 aten = torch.ops.aten
 
 
 @lower(aten.copy.default)
 def copy(ctx, dst, src, non_blocking=False):
-    return jnp.broadcast_to(src.astype(dst.dtype), dst.shape)
+    return jnp.broadcast_to(astype(src, dst.dtype), dst.shape)
 
 
 @lower(aten.fill.Scalar, aten.fill.Tensor)
 def fill(ctx, self, value):
-    return jnp.full(self.shape, jnp.asarray(value).astype(self.dtype))
+    return jnp.full(self.shape, astype(value, self.dtype))
 
 
 @lower(aten.zero.default)
