@@ -4,6 +4,7 @@ The streams are not CPU's (no backend reproduces mt19937/Philox bit for bit),
 so values are checked by their properties, not against the CPU."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -502,3 +503,43 @@ def test_compiled_normal_and_randint_are_lowered():
         assert t.min() == lo and t.max() == hi and torch.equal(t, t.round())
     counts = torch.bincount(low).double() / N
     assert (counts - 0.1).abs().max() < 0.015
+
+
+# Bad arguments raise ATen's errors (found by a CUDA-API probe: tpu sampled
+# out-of-range values, duplicate "permutations", or probabilities > 1).
+ARGUMENT_ERRORS = {
+    "randint below uint8": lambda d: torch.randint(-128, 128, (4,), dtype=torch.uint8, device=d),
+    "randint past int8": lambda d: torch.randint(0, 256, (4,), dtype=torch.int8, device=d),
+    "randint past bool": lambda d: torch.randint(0, 3, (4,), dtype=torch.bool, device=d),
+    "int8 random_ past the type": lambda d: torch.zeros(4, dtype=torch.int8, device=d).random_(0, 1000),
+    "half random_ past its max": lambda d: torch.zeros(4, dtype=torch.float16, device=d).random_(0, 2**20),
+    "randperm past int8": lambda d: torch.randperm(300, dtype=torch.int8, device=d),
+    "randperm past half's precision": lambda d: torch.randperm(5000, dtype=torch.float16, device=d),
+    "bernoulli of p > 1": lambda d: torch.bernoulli(torch.tensor([1.5, -0.5], device=d)),
+    "bernoulli_ of a p tensor with nan": lambda d: torch.zeros(2, device=d).bernoulli_(
+        torch.tensor([0.5, float("nan")], device=d)),
+    "normal with a negative std element": lambda d: torch.normal(torch.zeros(3, device=d),
+                                                                 torch.tensor([1.0, -1.0, 1.0], device=d)),
+    "normal of a float mean with a negative std element": lambda d: torch.normal(
+        0.0, torch.tensor([1.0, -1.0], device=d)),
+    "multinomial of no samples": lambda d: torch.multinomial(torch.ones(3, device=d), 0),
+    "multinomial of integer weights": lambda d: torch.multinomial(torch.ones(3, dtype=torch.long, device=d), 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARGUMENT_ERRORS))
+def test_bad_arguments_raise_like_cpu(name):
+    fn = ARGUMENT_ERRORS[name]
+    with pytest.raises(RuntimeError) as cpu:
+        fn("cpu")
+    with pytest.raises(RuntimeError, match=re.escape(str(cpu.value).split("\n")[0])):
+        fn("tpu").cpu()  # (device-side checks are raised at the next synchronization)
+
+
+def test_valid_arguments_at_the_edges_still_sample():
+    assert torch.randint(-128, 128, (64,), dtype=torch.int8, device="tpu").cpu().min() >= -128
+    assert torch.randint(0, 256, (64,), dtype=torch.uint8, device="tpu").cpu().max() <= 255
+    assert sorted(torch.randperm(128, dtype=torch.int8, device="tpu").cpu().tolist()) == list(range(128))
+    assert sorted(torch.randperm(2049, dtype=torch.float16, device="tpu").cpu().tolist())[-1] == 2048
+    assert set(torch.bernoulli(torch.tensor([0.0, 1.0], device="tpu")).cpu().tolist()) == {0.0, 1.0}
+    assert torch.normal(torch.zeros(2, device="tpu"), torch.zeros(2, device="tpu")).cpu().tolist() == [0.0, 0.0]

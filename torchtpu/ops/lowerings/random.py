@@ -114,6 +114,10 @@ def _check_std(std):
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
 
 
+def _check_std_tensor(ctx, std):
+    ctx.check(jnp.all(jnp.asarray(std) >= 0), "normal expects all elements of std >= 0.0")
+
+
 @lower(aten.normal_.default, aten.normal.out, aten.normal_functional.default, random=True)
 def normal_(ctx, self, mean=0.0, std=1.0, generator=None):
     dtype = self.dtype
@@ -140,6 +144,7 @@ def normal_tensor_float(ctx, mean, std=1.0, generator=None):
 
 @lower(aten.normal.float_Tensor, random=True)
 def normal_float_tensor(ctx, mean, std, generator=None):
+    _check_std_tensor(ctx, std)
     dtype = ctx.out_dtype
     compute = _compute(dtype)
     z = _standard_normal(ctx.rng_key(), ctx.out_shape, dtype)
@@ -148,6 +153,7 @@ def normal_float_tensor(ctx, mean, std, generator=None):
 
 @lower(aten.normal.Tensor_Tensor, random=True)
 def normal_tensor_tensor(ctx, mean, std, generator=None):
+    _check_std_tensor(ctx, std)
     dtype = ctx.out_dtype
     compute = _compute(dtype)
     z = _standard_normal(ctx.rng_key(), ctx.out_shape, dtype)
@@ -367,8 +373,16 @@ def _check_p(p):
         raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
 
 
+def _check_p_tensor(ctx, p):
+    """ATen's check of a probability tensor (NaN fails it too)."""
+    p = jnp.asarray(p)
+    ctx.check(jnp.all((p >= 0) & (p <= 1)), "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  "
+              "(Could this error message be improved?  If so, please report an enhancement request to PyTorch.)")
+
+
 @lower(aten.bernoulli.default, random=True)
 def bernoulli(ctx, self, generator=None):
+    _check_p_tensor(ctx, self)
     return _bernoulli(ctx, self.shape, self, ctx.out_dtype)
 
 
@@ -380,6 +394,7 @@ def bernoulli_p(ctx, self, p=0.5, generator=None):
 
 @lower(aten.bernoulli.Tensor, random=True)
 def bernoulli_tensor(ctx, self, p, generator=None):
+    _check_p_tensor(ctx, p)
     return _bernoulli(ctx, self.shape, jnp.broadcast_to(p, self.shape), self.dtype)
 
 
@@ -432,6 +447,10 @@ def random_from(ctx, self, from_, to=None, generator=None):
 
 
 def _random_from(ctx, self, low, to):
+    # ATen's range checks for the dtype (check_from_to_in_range), with its
+    # messages and precision warnings: ATen itself on one CPU element.
+    if type(low) is int and (to is None or type(to) is int):
+        torch.empty(1, dtype=ctx.out_meta[0].dtype).random_(low, to)
     dtype = self.dtype
     if to is None:
         high = _default_upper(dtype)
@@ -446,16 +465,26 @@ def _random_from(ctx, self, low, to):
 # -------------------------------------------------------- permutations
 
 
+def _permutation(ctx, n):
+    """ATen's checks that `n` values fit the result's dtype, then the draw."""
+    dtype = ctx.out_meta[0].dtype
+    if dtype == torch.float16 and n > 2049:
+        raise RuntimeError("n cannot be greater than 2049 for Half type.")
+    if not dtype.is_floating_point and dtype != torch.bool and n > 0:
+        torch.empty(1, dtype=dtype).fill_(n - 1)  # (ATen's overflow check and message)
+    return jax.random.permutation(ctx.rng_key(), n).astype(ctx.out_dtype)
+
+
 @lower(aten.randperm.default, random=True)
 @lower(aten.randperm.out, random=True)
 def randperm(ctx, n, *rest):
-    return jax.random.permutation(ctx.rng_key(), n).astype(ctx.out_dtype)
+    return _permutation(ctx, n)
 
 
 @lower(aten.randperm.generator, random=True)
 @lower(aten.randperm.generator_out, random=True)
 def randperm_generator(ctx, n, generator=None, *rest):
-    return jax.random.permutation(ctx.rng_key(), n).astype(ctx.out_dtype)
+    return _permutation(ctx, n)
 
 
 @lower(aten.multinomial.default, random=True)
@@ -467,6 +496,11 @@ def multinomial(ctx, self, num_samples, replacement=False, generator=None):
     category).  Without: the Gumbel top-k trick, which has the distribution of
     successive draws without replacement.  ATen's checks of the values
     (negative, inf/nan, zero sum) are device-side."""
+    dtype = ctx.meta_args[0].dtype
+    if not dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {c10_name(dtype)}")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
     compute = _compute(self.dtype)
     probs = self.astype(compute)
     if probs.ndim == 1:
