@@ -389,6 +389,27 @@ def test_transformer_inference_fast_path_runs_on_tpu(norm_first, activation):
     assert sum(torchtpu.fallback_counts().values()) == before
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_fast_path_follows_tpu_autocast(norm_first):
+    """PyTorch disables the fused encoder layer under CUDA autocast only: under
+    tpu autocast it must still compute as the slow path does (bf16 matmuls),
+    not as one fp32 kernel."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first).to("tpu")
+    x = torch.randn(3, 9, 32, device="tpu")
+    pad = torch.zeros(3, 9, dtype=torch.bool, device="tpu")
+    pad[1, 6:] = True
+    with torch.no_grad():
+        full = layer.eval()(x, src_key_padding_mask=pad)
+        with torch.autocast("tpu", dtype=torch.bfloat16):
+            fast = layer.eval()(x, src_key_padding_mask=pad)
+            slow = layer.train()(x, src_key_padding_mask=pad)  # training: PyTorch's slow path
+    assert fast.dtype == slow.dtype
+    keep = ~pad[..., None].expand_as(fast)
+    torch.testing.assert_close(fast[keep].float().cpu(), slow[keep].float().cpu(), rtol=3e-2, atol=3e-2)
+    assert (fast.float() - full).abs().max() > 1e-4  # bf16 products, not fp32 ones
+
+
 def test_nested_tensor_encoder_path_says_what_to_do():
     enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 1).eval().to("tpu")
     pad = torch.zeros(2, 5, dtype=torch.bool, device="tpu")

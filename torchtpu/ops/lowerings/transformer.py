@@ -121,6 +121,42 @@ def transformer_encoder_layer(ctx, src, embed_dim, num_heads, qkv_weight, qkv_bi
     return x.astype(src.dtype)
 
 
+@special(aten._transformer_encoder_layer_fwd.default)
+def transformer_encoder_layer_or_autocast(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                          use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
+                                          norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2,
+                                          mask=None, mask_type=None):
+    """PyTorch turns the encoder layer's fast path off under CUDA autocast
+    only (`torch.is_autocast_enabled()` looks at CUDA), so under tpu autocast
+    the fused op arrives here, where one fp32 kernel would ignore autocast.
+    Then it runs as the slow path does -- attention, linears and norms as
+    separate ops, each autocast -- and otherwise as the fused kernel.
+    (Never served from the C++ kernel cache: autocast is not in its key.)"""
+    from .. import dispatch
+
+    args = (src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps,
+            norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2,
+            ffn_bias_2, mask, mask_type)
+    if not torch.is_autocast_enabled("tpu"):
+        return dispatch.run(aten._transformer_encoder_layer_fwd.default, args, {})
+    F = torch.nn.functional
+    shape = (embed_dim,)
+
+    def attention(x):
+        return torch._native_multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                                                  proj_bias, mask, False, True, mask_type)[0]
+
+    def feed_forward(x):
+        hidden = F.linear(x, ffn_weight_1, ffn_bias_1)
+        return F.linear(F.gelu(hidden) if use_gelu else F.relu(hidden), ffn_weight_2, ffn_bias_2)
+
+    if norm_first:
+        x = src + attention(F.layer_norm(src, shape, norm_weight_1, norm_bias_1, eps))
+        return x + feed_forward(F.layer_norm(x, shape, norm_weight_2, norm_bias_2, eps))
+    x = F.layer_norm(src + attention(src), shape, norm_weight_1, norm_bias_1, eps)
+    return F.layer_norm(x + feed_forward(x), shape, norm_weight_2, norm_bias_2, eps)
+
+
 @special(aten._nested_tensor_from_mask.default)
 def nested_tensor_from_mask(*args, **kwargs):
     # Run on the CPU it returned a CPU nested tensor the encoder then failed
