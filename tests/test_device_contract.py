@@ -96,6 +96,9 @@ def test_device_properties():
     assert torch.tpu.get_device_properties("tpu:1").id != props.id
     with pytest.raises(RuntimeError, match="Invalid device ordinal"):
         torch.tpu.get_device_properties(5)
+    # (fields CUDA code reads)
+    assert props.multi_processor_count >= 1 and props.is_integrated is False
+    assert props.uuid != torch.tpu.get_device_properties(1).uuid
 
 
 def test_factories_follow_current_device_and_cross_device_ops_raise():
@@ -816,3 +819,36 @@ def test_dataloader_pin_memory():
         assert torch.equal(xb.cpu(), data.tensors[0][seen : seen + len(yb)])
         seen += len(yb)
     assert seen == 20
+
+
+def test_device_contexts_name_their_devices_as_cuda_does():
+    context = torch.tpu.device(1)
+    assert (context.idx, context.prev_idx) == (1, -1)
+    with context:
+        assert context.prev_idx == 0 and torch.tpu.current_device() == 1
+    assert torch.tpu.device_of(torch.ones(1, device="tpu:1")).idx == 1
+
+
+def test_legacy_tensor_types():
+    """Old CUDA code: `Tensor = torch.cuda.FloatTensor if cuda else
+    torch.FloatTensor`, then `Tensor(2, 3)`, `Tensor(data)`, isinstance."""
+    import numpy as np
+
+    T = torch.tpu.FloatTensor
+    assert repr(T) == "<class 'torch.tpu.FloatTensor'>"
+    assert T(2, 3).shape == (2, 3) and T(2, 3).device.type == "tpu" and T(2, 3).dtype == torch.float32
+    assert T().shape == (0,) and T(torch.Size([4])).shape == (4,)
+    assert torch.equal(T([1.5, 2]).cpu(), torch.tensor([1.5, 2.0]))
+    assert torch.equal(torch.tpu.LongTensor(np.arange(3)).cpu(), torch.arange(3))
+    x = torch.ones(2, device="tpu")
+    assert isinstance(x, T) and not isinstance(x, torch.tpu.LongTensor) and not isinstance(torch.ones(2), T)
+    assert T(x).data_ptr() == x.data_ptr()
+    with pytest.raises(TypeError):
+        T(torch.ones(2))
+    assert x.type() == "torch.tpu.FloatTensor"
+    converted = torch.arange(3).type(T)
+    assert converted.device.type == "tpu" and converted.dtype == torch.float32
+    assert x.type(torch.tpu.HalfTensor).dtype == torch.float16
+    for name in ("DoubleTensor", "BFloat16Tensor", "ByteTensor", "CharTensor", "ShortTensor", "IntTensor",
+                 "BoolTensor"):
+        assert getattr(torch.tpu, name)(1).dtype == getattr(torch.cuda, name).dtype

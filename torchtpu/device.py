@@ -2,6 +2,8 @@
 
 Importing this module must not import JAX; functions start it on demand."""
 
+import uuid
+
 import torch
 
 from . import _C
@@ -65,20 +67,21 @@ def set_device(device) -> None:
 
 
 class device:
-    """Context manager that changes the current tpu device."""
+    """Context manager that changes the current tpu device (`idx`, and the
+    one before it `prev_idx`, as torch.cuda.device)."""
 
     def __init__(self, device):
-        self.index = _index(device) if device is not None else -1
-        self.previous = -1
+        self.idx = _index(device) if device is not None else -1
+        self.prev_idx = -1
 
     def __enter__(self):
-        self.previous = current_device()
-        if self.index >= 0 and self.index != self.previous:
-            _C._set_device(self.index)
+        self.prev_idx = current_device()
+        if self.idx >= 0 and self.idx != self.prev_idx:
+            _C._set_device(self.idx)
 
     def __exit__(self, *exc):
-        if self.index >= 0 and self.previous != self.index:
-            _C._set_device(self.previous)
+        if self.idx >= 0 and self.prev_idx != self.idx:
+            _C._set_device(self.prev_idx)
         return False
 
 
@@ -192,9 +195,12 @@ class _TpuDeviceProperties:
     "gpu" or "cpu"; total_memory: bytes the device can hold (PJRT's
     `bytes_limit`; the host's physical memory on the CPU platform);
     major/minor: see get_device_capability; id, process_index: JAX's;
-    num_cores: cores per device where JAX reports it (else 1)."""
+    num_cores: cores per device where JAX reports it (else 1), also as
+    CUDA's multi_processor_count; uuid: a stable id of (platform, kind,
+    process, device id); is_integrated: False (its memory is its own)."""
 
-    __slots__ = ("name", "platform", "total_memory", "major", "minor", "id", "process_index", "num_cores")
+    __slots__ = ("name", "platform", "total_memory", "major", "minor", "id", "process_index", "num_cores",
+                 "multi_processor_count", "uuid", "is_integrated")
 
     def __init__(self, **fields):
         for key, value in fields.items():
@@ -265,7 +271,10 @@ def get_device_properties(device=None) -> _TpuDeviceProperties:
             id=int(dev.id),
             process_index=int(getattr(dev, "process_index", 0)),
             num_cores=int(getattr(dev, "num_cores", None) or 1),
+            is_integrated=False,
         )
+        props.multi_processor_count = props.num_cores
+        props.uuid = uuid.uuid5(uuid.NAMESPACE_OID, f"{dev.platform}:{dev.device_kind}:{props.process_index}:{dev.id}")
     return props
 
 
@@ -346,3 +355,4 @@ from .memory import __all__ as _memory_all  # noqa: E402
 from .streams import *  # noqa: E402,F401,F403
 from .streams import __all__ as _streams_all  # noqa: E402
 from . import amp  # noqa: E402,F401  (torch.tpu.amp, as torch.cuda.amp)
+from .legacy_types import *  # noqa: E402,F401,F403  (torch.tpu.FloatTensor, ...)

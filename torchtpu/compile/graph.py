@@ -17,11 +17,10 @@ from torch.fx.node import map_aggregate, map_arg
 
 from ..ops import aten_checks, scalar_overflow, transfer
 from ..ops.context import LoweringContext, matmul_scope
-from ..ops.lowerings.common import astype
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
 from ..runtime import executable_cache
-from ..runtime.dtypes import to_jax, torch_to_numpy
+from ..runtime.dtypes import convert, to_jax, torch_to_numpy
 from . import control_flow
 from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS, MaskRules, Unpaddable
 from .dynamic import node_meta as _meta
@@ -445,7 +444,7 @@ def _conform_one(value, meta, op):
     dtype = to_jax(meta.dtype)
     value = jnp.asarray(value)
     if value.dtype != dtype:
-        value = astype(value, dtype)
+        value = convert(value, dtype)
     shape = tuple(meta.shape)
     if value.shape != shape:
         if 0 in shape:

@@ -24,7 +24,7 @@ from ..runtime.dtypes import to_jax
 from . import aten_checks, host_fill, kernel_cache, plans, scalar_overflow
 from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
-from .lowerings.common import astype
+from ..runtime.dtypes import convert
 from .registry import find_lowering
 from .schema import (
     GENERATOR,
@@ -803,7 +803,7 @@ def _conform(value, m, op):
     dtype = to_jax(m.dtype)
     value = jax.numpy.asarray(value)
     if value.dtype != dtype:
-        value = astype(value, dtype)
+        value = convert(value, dtype)
     shape = tuple(m.shape)
     if value.shape != shape:
         if 0 in shape:  # nothing to get wrong: placeholder outputs may be scalars
