@@ -523,6 +523,8 @@ ARGUMENT_ERRORS = {
     "normal of a float mean with a negative std element": lambda d: torch.normal(
         0.0, torch.tensor([1.0, -1.0], device=d)),
     "multinomial of no samples": lambda d: torch.multinomial(torch.ones(3, device=d), 0),
+    "randn of an integer dtype": lambda d: torch.randn(2, dtype=torch.int32, device=d),
+    "randn_like of a bool tensor": lambda d: torch.randn_like(torch.ones(2, dtype=torch.bool, device=d)),
     "multinomial of integer weights": lambda d: torch.multinomial(torch.ones(3, dtype=torch.long, device=d), 1),
 }
 

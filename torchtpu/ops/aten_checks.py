@@ -233,6 +233,8 @@ _BEFORE_META = {
     **dict.fromkeys(("aten::amax", "aten::amin", "aten::argmax", "aten::argmin", "aten::kthvalue", "aten::aminmax"),
                     _nonempty_reduction),
     "aten::topk": _topk_k_in_range,
+    # (randn and randn_like of an integer dtype run as empty + normal_)
+    "aten::normal_": _floating_kernel("normal_kernel_cpu"),
     **dict.fromkeys(
         ("aten::mm", "aten::addmm", "aten::addmm_", "aten::mv", "aten::addmv", "aten::addmv_", "aten::addbmm",
          "aten::addbmm_", "aten::baddbmm", "aten::baddbmm_", "aten::addr", "aten::addr_"),
