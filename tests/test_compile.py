@@ -1458,6 +1458,26 @@ def test_dynamic_gather_and_scatter_index_past_the_true_size_raises(op):
     assert _graph_stats()["compilations"] <= 2, _graph_stats()["per_graph"]
 
 
+@pytest.mark.parametrize("mode, antialias", [("bilinear", True), ("bilinear", False), ("bicubic", False)])
+def test_dynamic_resampling_to_a_static_size_has_exact_gradients(mode, antialias):
+    # The backward gets a static gradient and the input's (symbolic) size:
+    # evaluated at its padded size, the taps followed the wrong ratio (an
+    # antialiased gradient came back shifted by a pixel; found by a probe).
+    def fn(x):
+        return F.interpolate(x, size=(3, 2), mode=mode, antialias=antialias)
+
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    w = torch.linspace(0.1, 1, 12).reshape(1, 2, 3, 2)
+    for h, width in ((8, 6), (9, 7), (11, 5)):
+        x = torch.randn(1, 2, h, width, requires_grad=True)
+        tpu_x = x.detach().to("tpu").requires_grad_()
+        want, got = fn(x), compiled(tpu_x)
+        assert_close(got, want, **TOL)
+        (grad,) = torch.autograd.grad((want * w).sum(), x)
+        (tpu_grad,) = torch.autograd.grad((got * w.to("tpu")).sum(), tpu_x)
+        assert_close(tpu_grad, grad, **TOL)
+
+
 def test_dynamic_integer_argument_shrinking_a_static_tensor_and_as_a_count():
     # w[:, p:] of a parameter: its size 24 - p shrinks as p grows, so p keeps
     # its value (found by a probe: the backward padded its gradient input by

@@ -22,6 +22,7 @@ import sympy
 import torch
 from jax import lax
 
+from ..ops.lowerings.interpolation import UPSAMPLE
 from ..ops.registry import VIEW_LOWERINGS
 from . import dynamic_gather, dynamic_positions
 
@@ -533,6 +534,10 @@ POSITION_ARGS = {
     aten.embedding.default: (2,), aten.embedding_dense_backward.default: (3,),
     aten.nll_loss_forward.default: (4,), aten.nll_loss_backward.default: (5,),
     aten.nll_loss2d_forward.default: (4,), aten.nll_loss2d_backward.default: (5,), aten.topk.default: (1,),
+    # resampling: the taps follow the ratio of the true sizes (a backward
+    # whose gradient is static has nothing else marking them)
+    **{getattr(aten, name).default: (1,) for name in UPSAMPLE},
+    **{getattr(aten, name + "_backward").default: (1, 2) for name in UPSAMPLE},
 }  # fmt: skip
 
 # Where a slice ends (narrow: its length), at this argument: along a padded
