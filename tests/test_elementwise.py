@@ -766,3 +766,27 @@ def test_python_scalars_are_rounded_to_a_low_precision_result(dtype):
     for fn in (lambda t: t % 0.3, lambda t: torch.fmod(t, 0.3), lambda t: torch.remainder(1e10, t),
                lambda t: 1e10 // t, lambda t: torch.xlogy(t, 1e10)):
         torch.testing.assert_close(fn(x.to(TPU)).cpu(), fn(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_special_functions_at_edges_match_cpu(dtype):
+    """Found by a special-function probe: erfcx returned 0 in a band of large
+    x (jax.scipy's branch underflows), float32 log_ndtr lost up to 9% for x
+    in 3-6, zeta gave nan at its poles q = 0, -1, ..., and the Bessel / Airy
+    functions gave 0 at +-inf where Cephes (CPU and CUDA) gives nan.
+    (log_ndtr stops short of the subnormal range, which XLA flushes.)"""
+    # (float64 log_ndtr far below 0 is jax.scipy's series: 2e-11 relative)
+    tol = dict(rtol=5e-6, atol=0) if dtype == torch.float32 else dict(rtol=1e-10, atol=0)
+    edges = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0])
+    cases = [
+        (torch.special.erfcx, (torch.cat([torch.linspace(-5, 40, 4001), torch.tensor([9.3, 26.6]), edges]),)),
+        (torch.special.log_ndtr, (torch.cat([torch.linspace(-30, 10 if dtype == torch.float32 else 37, 4001), edges]),)),
+        (torch.special.zeta, (torch.tensor([3.0, 2.5, 2.0, 3.0, 0.5, 3.0, 1.0, 2.5, 4.0]),
+                              torch.tensor([-1.0, -2.0, -1.0, 0.0, -1.0, -1.5, 2.0, -1.5, 0.5]))),
+    ] + [(getattr(torch.special, name), (torch.cat([torch.tensor([1.0, 30.0, -2.0]), edges]),))
+         for name in ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "airy_ai")]
+    for fn, args in cases:
+        args = [a.to(dtype) for a in args]
+        want = fn(*args)
+        got = fn(*[a.to("tpu") for a in args]).cpu()
+        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{fn.__name__}: {m}", **tol)

@@ -20,11 +20,10 @@ import torch
 
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
-from ..runtime.dtypes import to_jax
+from ..runtime.dtypes import convert, to_jax
 from . import aten_checks, host_fill, kernel_cache, plans, scalar_overflow
 from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
-from ..runtime.dtypes import convert
 from .registry import find_lowering
 from .schema import (
     GENERATOR,
