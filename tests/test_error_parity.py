@@ -243,3 +243,29 @@ def test_empty_reduction_raises_like_cpu(name):
         fn(x)
     with pytest.raises(type(cpu.value), match=re.escape(str(cpu.value))):
         fn(x.to("tpu"))
+
+
+NAN, INF = float("nan"), float("inf")
+SVD_OF_NON_FINITE = {
+    "svdvals of a NaN matrix": lambda d: torch.linalg.svdvals(torch.tensor([[NAN, 1.0], [1.0, 1.0]], device=d)),
+    "svd of a batch, NaN in element 1": lambda d: torch.linalg.svd(
+        torch.tensor([[[1.0, 1.0], [1.0, 1.0]], [[NAN, 1.0], [1.0, 1.0]]], device=d)).S,
+    "pinv of a NaN matrix": lambda d: torch.linalg.pinv(torch.tensor([[NAN, 1.0], [1.0, 1.0]], device=d)),
+    "2-norm of a NaN matrix": lambda d: torch.linalg.matrix_norm(torch.tensor([[NAN, 1.0], [1.0, 1.0]], device=d), 2),
+    "svdvals of an inf matrix (no error: NaNs)": lambda d: torch.linalg.svdvals(
+        torch.tensor([[INF, 1.0], [1.0, 1.0]], device=d)),
+    "svdvals of a finite matrix": lambda d: torch.linalg.svdvals(torch.tensor([[3.0, 1.0], [1.0, 1.0]], device=d)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SVD_OF_NON_FINITE))
+def test_svd_of_nan_raises_at_the_call_like_cpu(name):
+    # (found by a linalg probe: tpu returned NaNs where LAPACK reports info -4)
+    fn = SVD_OF_NON_FINITE[name]
+    try:
+        want = fn("cpu")
+    except torch.linalg.LinAlgError as e:
+        with pytest.raises(torch.linalg.LinAlgError, match=re.escape(str(e))):
+            fn("tpu")
+    else:
+        torch.testing.assert_close(fn("tpu").cpu(), want, equal_nan=True)

@@ -467,6 +467,21 @@ def linalg_svd(ctx, A, full_matrices=False, compute_uv=True, driver=None):
     return u, s.astype(real), vh
 
 
+@special(aten._linalg_svd.default)
+def linalg_svd_checked(A, full_matrices=False, compute_uv=True, *, driver=None):
+    """ATen's SVD raises LinAlgError at the call for an input with a NaN
+    (LAPACK's info -4, read on the host; an inf passes and gives NaNs); XLA's
+    returns NaNs.  So do the same: one flag per matrix, read on the host by
+    `_linalg_check_errors` (also svdvals, pinv, matrix_rank, the 2-norm)."""
+    from .. import dispatch
+
+    result = dispatch.run(aten._linalg_svd.default, (A, full_matrices, compute_uv), {"driver": driver})
+    if A.numel():
+        info = torch.where(torch.isnan(A).flatten(-2).any(-1), -4, 0).to(torch.int32)
+        torch.ops.aten._linalg_check_errors(info, "linalg.svd", is_matrix=A.dim() == 2)
+    return result
+
+
 @lower(aten.linalg_matrix_exp)
 def linalg_matrix_exp(ctx, A):
     if A.shape[-1] == 0:
