@@ -17,10 +17,10 @@ $(STAMP): pyproject.toml setup.py requirements.txt $(wildcard csrc/*.cpp csrc/*.
 
 install: $(STAMP)
 
-# Two pytest processes: torchtpu never frees compiled kernels, and one worker
-# running the whole suite reaches vm.max_map_count (each XLA:CPU executable
-# holds memory maps), where XLA crashes.  Until kernels are evicted, the
-# compile tests run in workers of their own.
+# Two pytest processes: each XLA:CPU executable holds memory maps, and a
+# worker past vm.max_map_count crashes inside XLA.  Eager kernels are evicted
+# (ops/kernel_cache.py), compiled graphs are not, so the compile tests run in
+# workers of their own.
 COMPILE_TESTS = tests/test_compile.py tests/test_random_compiled_programs.py
 
 test: $(STAMP)

@@ -447,19 +447,13 @@ def random_from(ctx, self, from_, to=None, generator=None):
 
 
 def _random_from(ctx, self, low, to):
-    # ATen's range checks for the dtype (check_from_to_in_range), with its
+    # ATen's checks (from < to, both in range for the dtype), with its
     # messages and precision warnings: ATen itself on one CPU element.
     if type(low) is int and (to is None or type(to) is int):
         torch.empty(1, dtype=ctx.out_meta[0].dtype).random_(low, to)
     dtype = self.dtype
-    if to is None:
-        high = _default_upper(dtype)
-        if low > high:
-            raise RuntimeError(f"random_ expects 'from' casted to dtype to be less or equal to 'to', but got from={low} > to={high}")
-        return _random_range(ctx, self.shape, low, high - low + 1, dtype)
-    if low >= to:
-        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={to}")
-    return _random_range(ctx, self.shape, low, to - low, dtype)
+    high = _default_upper(dtype) if to is None else to - 1  # inclusive
+    return _random_range(ctx, self.shape, low, high - low + 1, dtype)
 
 
 # -------------------------------------------------------- permutations
