@@ -18,6 +18,7 @@ void register_hooks();
 void drain_boxes();
 void register_memory_bindings(py::module& m);  // memory_bindings.cpp
 void register_stream_bindings(py::module& m);  // stream_bindings.cpp
+void register_nested_bindings(py::module& m);  // nested_bindings.cpp
 void init_fastpath(
     py::object boxes,
     py::object move_box,
@@ -171,4 +172,5 @@ PYBIND11_MODULE(_C, m) {
 
   register_memory_bindings(m);
   register_stream_bindings(m);
+  register_nested_bindings(m);
 }

@@ -409,12 +409,3 @@ def test_transformer_fast_path_follows_tpu_autocast(norm_first):
     torch.testing.assert_close(fast[keep].float().cpu(), slow[keep].float().cpu(), rtol=3e-2, atol=3e-2)
     assert (fast.float() - full).abs().max() > 1e-4  # bf16 products, not fp32 ones
 
-
-def test_nested_tensor_encoder_path_says_what_to_do():
-    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 1).eval().to("tpu")
-    pad = torch.zeros(2, 5, dtype=torch.bool, device="tpu")
-    with torch.no_grad(), pytest.raises(NotImplementedError, match="enable_nested_tensor=False"):
-        enc(torch.randn(2, 5, 16, device="tpu"), src_key_padding_mask=pad)
-    enc.use_nested_tensor = False  # (the way out the message gives for a built model: nn.Transformer's encoder)
-    with torch.no_grad():
-        assert enc(torch.randn(2, 5, 16, device="tpu"), src_key_padding_mask=pad).shape == (2, 5, 16)

@@ -20,7 +20,7 @@ import torch
 from .. import _C
 from ..runtime import boxes
 from . import schema as schema_mod
-from . import sparse_layouts
+from . import nested, sparse_layouts
 
 _lock = threading.RLock()
 _loaded = False
@@ -174,3 +174,4 @@ def install():
     # way out of dynamo (runtime/outside_dynamo.py).
     _C._register_kernels(sorted(_TRANSFER_KERNELS))
     sparse_layouts.install()
+    nested.install()

@@ -6,9 +6,8 @@ encoder layer in inference ran on the CPU.
 Math as ATen's CPU kernels: q, k, v from one packed projection, q scaled by
 1/sqrt(head dim) before the product, a softmax over keys whose masked
 positions (bool True) are left out -- a row with every key masked gives 0,
-not NaN -- then the output projection.  (Nested-tensor inputs, which the
-encoder builds from a padding mask when `enable_nested_tensor` is on, are
-not supported.)"""
+not NaN -- then the output projection.  The nested tensors the encoder
+builds from a padding mask run through the same kernel: ops/nested.py."""
 
 import math
 
@@ -16,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from .. import nested
 from ..registry import lower
 from ..schema import schema_of
 from ..special import special
@@ -158,12 +158,11 @@ def transformer_encoder_layer_or_autocast(src, embed_dim, num_heads, qkv_weight,
 
 
 @special(aten._nested_tensor_from_mask.default)
-def nested_tensor_from_mask(*args, **kwargs):
-    # Run on the CPU it returned a CPU nested tensor the encoder then failed
-    # on with a dispatcher error naming neither the cause nor the fix.
-    raise NotImplementedError(
-        "torchtpu: nested tensors are not supported on tpu. nn.TransformerEncoder builds one from "
-        "src_key_padding_mask in inference; construct it with enable_nested_tensor=False, or set "
-        "`encoder.use_nested_tensor = False` on a built one (nn.Transformer: `model.encoder.use_nested_tensor "
-        "= False`). The padded computation gives the same values at the positions the mask keeps."
-    )
+def nested_tensor_from_mask(t, mask, mask_check=True):
+    # (nn.TransformerEncoder's packing of its padded batch: see ops/nested.py)
+    return nested.nested_tensor_from_mask(t, mask, mask_check)
+
+
+@special(aten._nested_tensor_from_mask_left_aligned.default)
+def nested_tensor_from_mask_left_aligned(t, mask):
+    return nested.nested_tensor_from_mask_left_aligned(t, mask)
