@@ -438,6 +438,16 @@ def test_histogram_of_non_finite_data_is_a_device_side_error():
         torch.histogram(x, 3, range=(2.0, 1.0))
 
 
+@pytest.mark.parametrize("bad", [inf, float("nan")])
+def test_histc_of_non_finite_data_is_a_device_side_error(bad):
+    # (it counted the finite values, where ATen raises on the CPU and on CUDA)
+    torch.histc(torch.tensor([1.0, bad, 2.0], device=TPU), bins=4)
+    with pytest.raises(RuntimeError, match="torch.histc: range of .* is not finite"):
+        torch.tpu.synchronize()
+    counts = torch.histc(torch.tensor([1.0, bad, 2.0], device=TPU), bins=4, min=0, max=4)  # a given range: fine
+    assert counts.tolist() == torch.histc(torch.tensor([1.0, bad, 2.0]), bins=4, min=0, max=4).tolist()
+
+
 def test_out_variants():
     def fn(a, o, v, i, b):
         torch.sum(a, 0, out=o)

@@ -577,8 +577,9 @@ def log_softmax_backward(ctx, grad_output, output, dim, input_dtype):
 @lower(aten.histc)
 def histc(ctx, self, bins=100, min=0, max=0):
     """ATen's: the data's range when min == max, widened by 1 each side if
-    still empty; bin = trunc((x - lo) * bins / (hi - lo)) in the input dtype,
-    x == hi in the last bin, values outside [lo, hi] (and NaN) not counted."""
+    still empty (a non-finite range is an error); bin = trunc((x - lo) * bins /
+    (hi - lo)) in the input dtype, x == hi in the last bin, values outside
+    [lo, hi] (and NaN) not counted."""
     x = self.reshape(-1)
     dt = x.dtype
     lo, hi = jnp.asarray(min, dt), jnp.asarray(max, dt)
@@ -586,6 +587,8 @@ def histc(ctx, self, bins=100, min=0, max=0):
     if x.size:
         lo = jnp.where(use_data, jnp.min(x), lo)
         hi = jnp.where(use_data, jnp.max(x), hi)
+    if jnp.issubdtype(dt, jnp.floating):  # (ATen prints the two edges; a device check cannot)
+        ctx.check(jnp.isfinite(lo) & jnp.isfinite(hi), "torch.histc: range of [min, max] is not finite")
     empty = lo == hi
     lo, hi = jnp.where(empty, lo - 1, lo), jnp.where(empty, hi + 1, hi)
     inside = (x >= lo) & (x <= hi)
