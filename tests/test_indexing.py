@@ -529,6 +529,8 @@ def test_bincount():
     check(lambda a: torch.bincount(a, minlength=3), torch.zeros(0, dtype=torch.long))
     with pytest.raises(RuntimeError, match="non-negative"):
         torch.bincount(torch.tensor([1, -1]).to(TPU))
+    with pytest.raises(NotImplementedError, match="not implemented for 'Float'"):  # (as ATen's integral dispatch)
+        torch.bincount(torch.tensor([1.0, 2.0]).to(TPU))
 
 
 def test_repeat_interleave_tensor():

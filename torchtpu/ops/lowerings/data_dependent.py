@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .. import aten_checks
 from ..registry import lower
 from ..schema import schema_of
 from ..special import special
@@ -481,7 +482,9 @@ def _bincount_dtype(weights):
 
 @special(aten.bincount.default)
 def bincount(self, weights=None, minlength=0):
-    if self.dim() != 1 or self.dtype.is_floating_point or self.dtype.is_complex or self.dtype == torch.bool:
+    if self.dtype.is_floating_point or self.dtype.is_complex or self.dtype == torch.bool:
+        raise aten_checks._not_implemented("bincount_cpu", self.dtype)  # (ATen's integral-type dispatch)
+    if self.dim() != 1:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")
