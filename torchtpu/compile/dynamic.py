@@ -3,9 +3,11 @@ sequence lengths costs one compilation per bucket, not per length.
 
 Padding is only correct if no real element ever reads a padded one.  Each
 value in the graph therefore carries a validity mask (bool, broadcastable):
-element-wise ops and views pass masks through; reductions, softmax and
-contractions over padded dims first replace padded elements by the op's
-identity (0 for sums and contractions, -inf for max/softmax/logsumexp);
+element-wise ops and views pass masks through (a reshape that would put
+padding between real elements -- a padded dim split in two -- gathers them
+by true flat index instead); reductions, softmax and contractions over
+padded dims first replace padded elements by the op's identity (0 for sums
+and contractions, -inf for max/softmax/logsumexp);
 losses and embeddings neutralise padded rows (ignore_index, index 0).  An op
 with no rule that touches padded data makes the graph `Unpaddable`: it is
 then compiled per exact shape, with a log line saying why.
@@ -591,6 +593,8 @@ class MaskRules:
             # which moved elements are real -- unless it counts from the end
             # of a padded dim (x[..., :-1]), where padding is.
             self._check_from_end(op, values, in_metas)
+            if op in RESHAPES and not self._reshape_keeps_layout(in_metas[0], out_meta[0]):
+                return self._reshape_by_gather(values[0], in_metas[0], out_meta[0])
             result = lowering_fn(ctx, *values)
             x = values[0]
             mask = lowering_fn(ctx, _full(masks[0], jnp.shape(x)), *values[1:])
@@ -837,6 +841,88 @@ class MaskRules:
                 widths[dim] = (0, size - bias.shape[dim])
                 bias = jnp.pad(bias, widths)
         return bias
+
+    def _reshape_keeps_layout(self, src, dst):
+        """Whether reshaping the padded array reshapes the real one: the dims
+        regroup (by padded sizes) into groups that are static, or one padded
+        dim passing through whole, or a merged size (B*T) and the run of
+        dims its layout says it merges (merged_layouts).  Not so a padded
+        dim split in two ((2, n // 2)) or regrouped with static dims
+        ((n, 4) -> (2 * n, 2)): the padding would land between real elements."""
+        a = [n for n in src.shape if _expr(n) != 1]
+        b = [n for n in dst.shape if _expr(n) != 1]
+        if 0 in self.shapes.shape(a) or 0 in self.shapes.shape(b):
+            return True  # (nothing to move)
+        i = j = 0
+        while i < len(a) and j < len(b):
+            ga, gb = [a[i]], [b[j]]
+            pa, pb = self.shapes.size(a[i]), self.shapes.size(b[j])
+            i, j = i + 1, j + 1
+            while pa != pb:
+                if pa < pb and i < len(a):
+                    ga.append(a[i])
+                    pa, i = pa * self.shapes.size(a[i]), i + 1
+                elif pb < pa and j < len(b):
+                    gb.append(b[j])
+                    pb, j = pb * self.shapes.size(b[j]), j + 1
+                else:
+                    return False
+            if not self._group_keeps_layout([_expr(n) for n in ga], [_expr(n) for n in gb]):
+                return False
+        return i == len(a) and j == len(b)
+
+    def _group_keeps_layout(self, ga, gb):
+        if not any(e.free_symbols & self.shapes.bucketed for e in ga + gb):
+            return True
+        if ga == gb and len(ga) == 1:
+            return True
+        if all(self._prefix_then_static(g) for g in (ga, gb)):
+            return True  # ((n, 12) -> (3 * n, 4): real elements are a prefix of the group on both sides)
+        for one, run in ((ga, gb), (gb, ga)):
+            if len(one) == 1 and _merged(one[0]) and self.shapes.layouts.get(one[0]) == tuple(run):
+                return True
+        return False
+
+    def _prefix_then_static(self, group):
+        """Padded (a prefix) at most in the group's first dim."""
+        bucketed = self.shapes.bucketed
+        first = group[0]
+        prefix = isinstance(first, sympy.Symbol) or self.shapes.layouts.get(first) == (first,)
+        return (prefix or not first.free_symbols & bucketed) and not any(e.free_symbols & bucketed for e in group[1:])
+
+    def _reshape_by_gather(self, x, src, dst):
+        """A reshape that moves real elements across padding: each output
+        position takes the element at its true flat index (counted in true
+        sizes, placed by padded ones -- per factor for a merged dim)."""
+        in_true, in_padded = self._factor_sizes(src.shape)
+        out_true, out_padded = self._factor_sizes(dst.shape)
+        flat, valid = 0, True
+        for k, n in enumerate(out_true):
+            position = lax.broadcasted_iota(jnp.int32, out_padded, k)
+            flat, valid = flat * n + position, valid & (position < n)
+        source, stride = 0, 1
+        for n, padded in zip(reversed(in_true), reversed(in_padded)):
+            n = jnp.maximum(n, 1)
+            source, flat, stride = source + (flat % n) * stride, flat // n, stride * padded
+        shape = self.shapes.shape(dst.shape)
+        taken = jnp.take(jnp.reshape(x, (-1,)), jnp.where(valid, source, 0).reshape(-1), mode="clip")
+        return taken.reshape(shape), [jnp.reshape(valid, shape)]
+
+    def _factor_sizes(self, shape):
+        """(true, padded) sizes of `shape`'s dims, a merged dim as its
+        layout's factors."""
+        true, padded = [], []
+        for n in shape:
+            expr = _expr(n)
+            factors = (expr,)
+            if _merged(expr) and expr.free_symbols & self.shapes.bucketed:
+                factors = self.shapes.layouts.get(expr)
+                if factors is None:
+                    raise Unpaddable(f"a reshape of a value of size {tuple(shape)} (a merged dim in no single "
+                                     "layout)", expr.free_symbols & self.shapes.bucketed)
+            true += [_evaluate(f, self.shapes.true) for f in factors]
+            padded += [self.shapes.size_of(f) for f in factors]
+        return true, tuple(padded)
 
     def _check_from_end(self, op, values, in_metas):
         indices = {aten.slice.Tensor: (2, 3), aten.narrow.default: (2,), aten.select.int: (2,)}.get(op)
