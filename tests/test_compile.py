@@ -420,6 +420,24 @@ def test_unlowerable_op_runs_eagerly_with_a_log_line(caplog):
     assert _graph_stats()["eager_fallback_graphs"] >= 1
 
 
+def test_boolean_mask_assignment_under_captured_dynamic_shapes_trains():
+    # The backward reads the mask as an index (aten.index.Tensor with a bool
+    # index): that graph runs op by op, where its lowering once raised.
+    def f(x, w):
+        y = x * 1
+        y[x > 0] = w * 2
+        return y.sum()
+
+    x, w = torch.randn(6, 5), torch.tensor(0.5, requires_grad=True)
+    f(x, w).backward()
+    tw = torch.tensor(0.5, device="tpu", requires_grad=True)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
+        loss = torch.compile(f, backend="tpu")(x.to("tpu"), tw)
+        loss.backward()
+    assert_close(loss, f(x, w), **TOL)
+    assert_close(tw.grad, w.grad, **TOL)
+
+
 def test_explain_works():
     def f(x):
         y = x.sin()

@@ -401,13 +401,16 @@ def index_tuple(indices):
     return tuple(slice(None) if i is None else i for i in indices)
 
 
-@lower(aten.index.Tensor, aten._unsafe_index.Tensor)
+def _integer_indices(self, indices):
+    """A boolean mask's result has a data-dependent shape: eager mode turns it
+    into integer indices first (data_dependent.py); a compiled graph with one
+    (a mask assignment's backward) runs op by op."""
+    return not any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices)
+
+
+@lower(aten.index.Tensor, aten._unsafe_index.Tensor, accepts=_integer_indices)
 def index(ctx, self, indices):
-    """Advanced indexing with integer index tensors (boolean masks were turned
-    into integer indices by the eager handler in data_dependent.py)."""
-    for i in indices:
-        if i is not None and i.dtype in (jnp.bool_, jnp.uint8):
-            raise NotImplementedError("torchtpu: boolean mask indices have a data-dependent shape")
+    """Advanced indexing with integer index tensors."""
     if ctx.op is not aten._unsafe_index.Tensor:
         check_advanced_indices(ctx, self, indices)
     x = self
