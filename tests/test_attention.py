@@ -78,6 +78,30 @@ def test_fused_attention_float64_gradients_are_double_precise():
     check(lambda q, k, v, m: _sdpa(q, k, v, attn_mask=m), q, k, v, mask, grad=True, atol=1e-12, rtol=1e-12)
 
 
+class _DropsTheFirstGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return a + b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, grad
+
+
+def test_fused_attention_backward_without_an_output_gradient():
+    # The backward node runs with an undefined output gradient (gradcheck's
+    # undefined-gradient check does the same): undefined input gradients, as
+    # CUDA's kernels return -- the lowering once read the missing gradient.
+    q, k, v = (t.to(TPU).requires_grad_() for t in qkv(dtype=torch.float64))
+    _sdpa(q, k, v).sum().backward()  # (the ordinary backward first: the kernel is cached)
+    for t in (q, k, v):
+        t.grad = None
+    other = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=TPU, requires_grad=True)
+    _DropsTheFirstGradient.apply(_sdpa(q, k, v), other).sum().backward()
+    assert q.grad is None and k.grad is None and v.grad is None
+    assert torch.equal(other.grad.cpu(), torch.ones(other.shape, dtype=torch.float64))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_fused_attention_16_bit(dtype):
     q, k, v = qkv(dtype=dtype)

@@ -38,6 +38,7 @@ from jax import lax
 from ...pallas import attention as pallas_attention
 from ...runtime import devices
 from ..registry import lower
+from ..special import special
 from .common import acc_dtype
 from .dropout import keep_mask
 
@@ -240,6 +241,18 @@ def forward_returns(ctx, query, key, out, lse, dropout):
 def backward_dropout(dropout_p, philox_seed):
     """The forward's (p, PRNG key), from what it returned, or None."""
     return None if dropout_p == 0.0 else (dropout_p, unpack_key(philox_seed))
+
+
+def _has_grad_out(grad_out, *args, **kwargs):
+    return grad_out is not None
+
+
+@special(aten._scaled_dot_product_fused_attention_overrideable_backward.default, generic_when=_has_grad_out)
+def fused_attention_backward_without_grad(*args, **kwargs):
+    """No gradient reached the output (a custom Function's backward returned
+    None for it, gradcheck's undefined-gradient check): undefined gradients,
+    as CUDA's attention backwards return."""
+    return None, None, None, None
 
 
 @lower(aten._scaled_dot_product_fused_attention_overrideable_backward)
