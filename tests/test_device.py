@@ -169,6 +169,11 @@ def test_sparse_tensors_raise_a_clear_error():
         loss.backward()
     with pytest.raises(NotImplementedError, match="_sparse_coo_tensor_with_dims_and_tensors"):
         torch.eye(3).to_sparse().to("tpu")
+    weight = torch.randn(10, 3, device="tpu", requires_grad=True)  # (its sparse gradient: a meta kernel's sparse result)
+    bags = torch.nn.functional.embedding_bag(torch.tensor([1, 2, 2], device="tpu"), weight,
+                                             torch.tensor([0, 2], device="tpu"), sparse=True)
+    with pytest.raises(NotImplementedError, match="_embedding_bag_backward' was called with a sparse layout"):
+        bags.sum().backward()
     # compressed layouts too (these built a tensor no op could use)
     for make in (
         lambda: torch.eye(3, device="tpu").to_sparse_csr(),

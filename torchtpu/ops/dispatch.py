@@ -21,7 +21,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import convert, to_jax
-from . import aten_checks, host_fill, kernel_cache, plans, scalar_overflow
+from . import aten_checks, host_fill, kernel_cache, plans, scalar_overflow, sparse_layouts
 from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
@@ -522,6 +522,8 @@ def _build(entry, values, call, key):
             raise Unsupported(str(e)) from e
         raise
 
+    if any(isinstance(m, torch.Tensor) and m.layout != torch.strided for m in torch.utils._pytree.tree_leaves(meta_out)):
+        sparse_layouts.unsupported(sch.op)  # (a sparse result: embedding_bag's gradient with sparse=True)
     aten_checks.output_layout(sch, values, meta_out)
     scalar_checks = scalar_overflow.traced_checks(sch, values, meta_out, entry.dynamic)
     kernel = _Kernel()
