@@ -18,6 +18,8 @@ tensors) are padded component by component.  Other ops on nested tpu
 tensors raise PyTorch's "Could not run ... 'NestedTensortpu' backend".
 """
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -58,9 +60,21 @@ def _padded_batch(nested):
     return storage.as_strided((n, rows, d), (step, d, 1), offsets[0]), lengths
 
 
+@functools.lru_cache(maxsize=64)
+def _masks(lengths, rows, device):
+    """(tokens, padding), (N, rows) bool on `device`: position j of row i is
+    a token when j < len_i.  Cached: every layer of an encoder call, and a
+    batch of the same lengths again, reuses them (nothing writes them)."""
+    tokens = torch.arange(rows)[None] < torch.tensor(lengths)[:, None]
+    return tokens.to(device), (~tokens).to(device)
+
+
 def _valid(lengths, rows, device):
-    """(N, rows) bool: position j of row i is a token (j < len_i)."""
-    return (torch.arange(rows)[None] < torch.tensor(lengths)[:, None]).to(device)
+    return _masks(tuple(lengths), rows, device)[0]
+
+
+def _padding(lengths, rows, device):
+    return _masks(tuple(lengths), rows, device)[1]
 
 
 def _wrap_batch(batch, lengths):
@@ -148,7 +162,7 @@ def transformer_encoder_layer(src, embed_dim, num_heads, *weights_and_flags, mas
         raise RuntimeError("torchtpu: _transformer_encoder_layer_fwd of a nested tensor takes no mask "
                            "(the nested tensor's lengths are its padding mask)")
     batch, lengths = _as_batch(src)
-    padding = ~_valid(lengths, batch.size(1), batch.device)
+    padding = _padding(lengths, batch.size(1), batch.device)
     out = torch._transformer_encoder_layer_fwd(batch, embed_dim, num_heads, *weights_and_flags, padding, 1)
     return _wrap_batch(out.contiguous(), lengths)
 
@@ -173,11 +187,13 @@ def to_padded_tensor(nested, padding, output_size=None):
     if found is None:
         return _pad_components(_components(nested), padding, shape)
     batch, lengths = found
-    keep = _valid(lengths, batch.size(1), batch.device)
-    out = torch.where(keep[..., None], batch, torch.full((), padding, dtype=batch.dtype, device=batch.device))
+    out = torch.where(_valid(lengths, batch.size(1), batch.device)[..., None], batch, padding)
     rows, width = shape
-    out = out[:, :rows] if rows <= out.size(1) else F.pad(out, [0, 0, 0, rows - out.size(1)], value=padding)
-    return F.pad(out, [0, width - out.size(2)], value=padding)
+    if rows < out.size(1):
+        out = out[:, :rows].contiguous()
+    if rows > out.size(1) or width > out.size(2):
+        out = F.pad(out, [0, width - out.size(2), 0, rows - out.size(1)], value=padding)
+    return out
 
 
 def unbind(nested, dim=0):
