@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 from .. import _C
-from .aten_checks import c10_name
 
 aten = torch.ops.aten
 _library = None
@@ -119,6 +118,8 @@ def _pad_components(parts, padding, shape):
 def _check_mask(t, mask):
     """ATen's checks of `_nested_tensor_from_mask(_left_aligned)`."""
     if mask.dtype != torch.bool:
+        from .aten_checks import c10_name  # (not at import: it loads JAX, and `import torch` loads this module)
+
         raise RuntimeError(f"Expected mask to be of ScalarType Bool, but got {c10_name(mask.dtype)} instead.")
     if mask.dim() != 2:
         raise RuntimeError("Padding mask should be 2D")
