@@ -56,6 +56,20 @@ def test_float_to_int_truncates_like_torch():
     assert torch.equal(x.to("tpu").to(torch.bool).cpu(), x.to(torch.bool))
 
 
+@pytest.mark.parametrize("dst_dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("src_dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_float_to_int_out_of_range_as_c10_on_the_cpu(src_dtype, dst_dtype):
+    # XLA's convert clamps; c10 truncates through int64 (uint8) or int32
+    # (int8, int16) and keeps the low bits, NaN and overflow giving the
+    # minimum: `(x * 255).to(torch.uint8)` of 256.0 is 0 and of -1.0 is 255.
+    values = [-1.0, -2.5, 256.0, 300.0, 70000.0, 3e9, 3e9 + 44, -3e9 - 44, 2.0**40 + 7, -300.5, 1e30,
+              -(2.0**31), -(2.0**31) - 0.5, float("nan"), float("inf"), -float("inf")]
+    src = torch.tensor(values, dtype=torch.float64).to(src_dtype)
+    want = src.to(dst_dtype)
+    for got in (src.to("tpu").to(dst_dtype), torch.compile(lambda x: (x * 1).to(dst_dtype), backend="tpu")(src.to("tpu"))):
+        assert torch.equal(got.cpu(), want), (got.cpu().tolist(), want.tolist())
+
+
 @pytest.mark.parametrize("dst_dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
                                        torch.float8_e5m2fnuz], ids=str)
 @pytest.mark.parametrize("src_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32], ids=str)

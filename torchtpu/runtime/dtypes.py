@@ -109,7 +109,26 @@ def convert(x, dtype):
         # c10 saturates to the largest finite value (+-inf too: the type has
         # none); XLA's convert gives NaN.  NaN stays NaN (clip keeps it).
         x = jnp.clip(x.astype(jnp.promote_types(x.dtype, jnp.float32)), -448.0, 448.0)
+    if jnp.issubdtype(x.dtype, jnp.floating) and dtype in _FLOAT_TO_INT_VIA:
+        return _float_to_int(x, dtype)
     return x.astype(dtype)
 
 
+def _float_to_int(x, dtype):
+    """c10's float -> integer conversion as the CPU runs it (XLA's clamps):
+    truncation through an intermediate type -- int64 for uint8 (c10's
+    choice, so that negative floats wrap, on CUDA too), int32 for int8 and
+    int16, the type itself for int32 and int64 --, NaN and values past the
+    intermediate's range giving its minimum (x86's "integer indefinite"),
+    then the low bits (`(x * 255).to(uint8)` of 256.0 is 0, not 255)."""
+    via = _FLOAT_TO_INT_VIA[dtype]
+    wide = jnp.trunc(x.astype(jnp.promote_types(x.dtype, jnp.float32)))
+    limit = 2.0 ** (jnp.iinfo(via).bits - 1)
+    indefinite = jnp.isnan(wide) | (wide >= limit) | (wide < -limit)
+    return jnp.where(indefinite, jnp.iinfo(via).min, wide.astype(via)).astype(dtype)
+
+
 _E4M3FN = jnp.dtype(jnp.float8_e4m3fn)
+_FLOAT_TO_INT_VIA = {jnp.dtype(k): jnp.dtype(v) for k, v in (
+    (jnp.uint8, jnp.int64), (jnp.int8, jnp.int32), (jnp.int16, jnp.int32), (jnp.int32, jnp.int32),
+    (jnp.int64, jnp.int64))}
