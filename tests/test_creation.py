@@ -108,6 +108,14 @@ def test_logspace(start, end, steps, base, dtype):
     same(lambda d: torch.logspace(start, end, steps, base=base, device=d, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64], ids=str)
+def test_logspace_steps_in_double_like_aten(dtype):
+    # ATen rounds start and end to the output type and keeps the step and
+    # the exponents in double (the step rounded to bfloat16 put 10**4 at 9856).
+    for start, end, steps in ((-10, 10, 1001), (-4.3, 4.7, 257), (0.5, 9.5, 10)):
+        same(lambda d: torch.logspace(start, end, steps, device=d, dtype=dtype), rtol=0, atol=0)
+
+
 def test_eye():
     same(lambda d: torch.eye(4, device=d))
     same(lambda d: torch.eye(2, 5, device=d, dtype=torch.int64))

@@ -13,7 +13,7 @@ import torch
 from jax import lax
 
 from ..registry import lower
-from .common import acc_dtype
+from .common import acc_dtype, astype as convert
 
 aten = torch.ops.aten
 
@@ -109,20 +109,26 @@ def _linspace(dtype, start, end, steps):
 @lower(aten.logspace.default)
 @lower(aten.logspace.out)
 def logspace(ctx, start, end, steps, base=10.0, *rest):
-    """pow(base, exponent) in double, exponents as in linspace (the step is
-    rounded to the output type for floating outputs, as ATen does)."""
+    """pow(base, exponent) in double, as ATen's CPU kernel: start and end
+    rounded to the output type, the exponents in double, from both ends as
+    in linspace (the step rounded to a 16-bit output type put 10**4 at 9856)."""
     dtype = ctx.out_dtype
     if steps == 0:
         return jnp.zeros((0,), dtype)
     s = jnp.asarray(start).astype(jnp.float64)
-    e = jnp.asarray(end).astype(jnp.float64)
     if steps == 1:
         return jnp.reshape(jnp.power(jnp.float64(base), s), (1,)).astype(dtype)
-    step = (e - s) / (steps - 1)
-    if _is_float(dtype):
-        step = step.astype(dtype).astype(jnp.float64)
+    e = jnp.asarray(end).astype(jnp.float64)
+    if not jnp.issubdtype(dtype, jnp.complexfloating):
+        s, e = (convert(v, dtype).astype(jnp.float64) for v in (s, e))
+    # Exponents as divisions, not sums of step * i: XLA:CPU fuses those
+    # products into FMAs, whose 10 - 0.02 * 500 is -2e-16 where ATen's loop
+    # gets 0 (10**0 came out 0.9999..., 0 as an integer).  A true division
+    # (see linspace) keeps grid points exact.
+    span = e - s
+    n = lax.optimization_barrier(jnp.asarray(steps - 1, jnp.float64))
     idx = _iota(steps, jnp.float64)
-    exps = jnp.where(idx < steps // 2, s + step * idx, e - step * (steps - 1 - idx))
+    exps = jnp.where(idx < steps // 2, s + span * idx / n, e - span * (steps - 1 - idx) / n)
     val = jnp.power(jnp.float64(base), exps)
     if not _is_float(dtype):
         val = jnp.trunc(val)
