@@ -140,6 +140,24 @@ def test_batchnorm_1d_3d_no_affine_no_stats():
     run_module(nn.BatchNorm2d(3, momentum=None), randn(2, 3, 4, 4), steps=2)
 
 
+@pytest.mark.parametrize("train", [True, False])
+def test_batchnorm_of_an_input_that_needs_no_gradient(train):
+    # BatchNorm on raw data, or after a frozen layer: its backward is asked
+    # for the weight and bias gradients only, and ATen returns no input
+    # gradient (the meta kernel has one; the backward once failed on it).
+    torch.manual_seed(0)
+    run_module(nn.BatchNorm1d(4), randn(6, 4), train=train, grad_inputs=False)
+    run_module(nn.BatchNorm2d(3), randn(2, 3, 4, 4), train=train, grad_inputs=False)
+    run_module(nn.InstanceNorm2d(3, affine=True), randn(2, 3, 4, 4), train=train, grad_inputs=False)
+    frozen = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    frozen[0].requires_grad_(False)
+    run_module(frozen, randn(6, 5), train=train)
+    x, w = randn(6, 4).to(TPU), randn(4).to(TPU)
+    grads = torch.ops.aten.native_batch_norm_backward(torch.ones_like(x), x, w, None, None, x.mean(0), x.var(0),
+                                                      True, 1e-5, [False, True, True])
+    assert grads[0] is None and grads[1].shape == grads[2].shape == (4,)
+
+
 def test_batchnorm2d_bf16_eval():
     torch.manual_seed(0)
     m = nn.BatchNorm2d(3)

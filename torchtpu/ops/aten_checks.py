@@ -374,3 +374,17 @@ def _convolution_layout(values, out):
 
 
 _OUTPUT_LAYOUTS = {torch.ops.aten.convolution.default: _convolution_layout}
+
+
+def masked_outputs(sch, values, meta_out):
+    """`meta_out` with None for the gradients an `output_mask` leaves out,
+    where the meta kernel returns a tensor but ATen's kernels return an
+    undefined one (batch norm's backward: an input that needs no gradient,
+    BatchNorm on raw data or after a frozen layer)."""
+    if sch.op not in _META_IGNORES_OUTPUT_MASK:
+        return meta_out
+    output_mask = values[sch.names.index("output_mask")]
+    return tuple(m if keep else None for m, keep in zip(meta_out, output_mask))
+
+
+_META_IGNORES_OUTPUT_MASK = {torch.ops.aten.native_batch_norm_backward.default}

@@ -524,6 +524,7 @@ def _build(entry, values, call, key):
 
     if any(isinstance(m, torch.Tensor) and m.layout != torch.strided for m in torch.utils._pytree.tree_leaves(meta_out)):
         sparse_layouts.unsupported(sch.op)  # (a sparse result: embedding_bag's gradient with sparse=True)
+    meta_out = aten_checks.masked_outputs(sch, values, meta_out)
     aten_checks.output_layout(sch, values, meta_out)
     scalar_checks = scalar_overflow.traced_checks(sch, values, meta_out, entry.dynamic)
     kernel = _Kernel()
