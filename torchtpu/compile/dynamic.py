@@ -61,15 +61,16 @@ class Shapes:
     executable is compiled for.  Inside the executable `true` holds traced
     scalars (one executable serves every true size of its bucket)."""
 
-    def __init__(self, true_values: dict, padded_values: dict, bucketed=None, merged=({}, set())):
+    def __init__(self, true_values: dict, padded_values: dict, bucketed=None, merged=({}, set(), {})):
         self.true = true_values  # sympy.Symbol -> int (or traced int)
         self.padded = padded_values  # sympy.Symbol -> int
         self.bucketed = set(padded_values) if bucketed is None else bucketed  # symbols padded up
-        # merged size -> its factors, outer first; merged sizes that cannot be padded (merged_layouts)
-        self.layouts, self.unpaddable_merged = merged
+        # merged size -> its factors, outer first; merged sizes that cannot be
+        # padded; FX node -> the layouts of its value's merged sizes (merged_layouts)
+        self.layouts, self.unpaddable_merged, self.value_layouts = merged
 
     @classmethod
-    def for_call(cls, true_values: dict, policy, bucketed, merged=({}, set())):
+    def for_call(cls, true_values: dict, policy, bucketed, merged=({}, set(), {})):
         """The symbols in `bucketed` go up to their bucket -- sizes of tensor
         inputs, and integer arguments (a position, a count), which become
         sizes of values inside the graph (`cache[:, : pos + 1]`) or positions
@@ -83,7 +84,8 @@ class Shapes:
         """These shapes inside the executable: bucketed symbols' true values
         traced (`true_values`), the others known."""
         known = {s: v for s, v in self.padded.items() if s not in self.bucketed}
-        return Shapes({**true_values, **known}, self.padded, self.bucketed, (self.layouts, self.unpaddable_merged))
+        merged = (self.layouts, self.unpaddable_merged, self.value_layouts)
+        return Shapes({**true_values, **known}, self.padded, self.bucketed, merged)
 
     def check_merged(self):
         """Unpaddable if a padded merged size is in two layouts or read by
@@ -379,7 +381,8 @@ def _reads_positions(node, merged):
 
 def merged_layouts(gm):
     """({merged size: its factors, outer first}, {merged sizes padding
-    cannot serve}) for this graph.  A value's merged dim has the layout of
+    cannot serve}, {node: the layouts of its value's merged sizes}) for this
+    graph.  A value's merged dim has the layout of
     the view that made it, or of its operands; the graph's inputs and fresh
     values of a merged size take the layout every view of that size agrees
     on (the size itself -- a plain prefix -- when no view touches it).
@@ -425,7 +428,7 @@ def merged_layouts(gm):
         if not args:  # a factory: the size's layout, as for inputs
             seen = {e: layouts[e] for e in own if e in layouts}
         of_value[node] = {e: run for e, run in seen.items() if e in own}
-    return layouts, blocked
+    return layouts, blocked, of_value
 
 
 def grows(expr):
@@ -593,8 +596,8 @@ class MaskRules:
             # which moved elements are real -- unless it counts from the end
             # of a padded dim (x[..., :-1]), where padding is.
             self._check_from_end(op, values, in_metas)
-            if op in RESHAPES and not self._reshape_keeps_layout(in_metas[0], out_meta[0]):
-                return self._reshape_by_gather(values[0], in_metas[0], out_meta[0])
+            if op in RESHAPES and not self._reshape_keeps_layout(node, in_metas[0], out_meta[0]):
+                return self._reshape_by_gather(node, values[0], in_metas[0], out_meta[0])
             result = lowering_fn(ctx, *values)
             x = values[0]
             mask = lowering_fn(ctx, _full(masks[0], jnp.shape(x)), *values[1:])
@@ -842,7 +845,7 @@ class MaskRules:
                 bias = jnp.pad(bias, widths)
         return bias
 
-    def _reshape_keeps_layout(self, src, dst):
+    def _reshape_keeps_layout(self, node, src, dst):
         """Whether reshaping the padded array reshapes the real one: the dims
         regroup (by padded sizes) into groups that are static, or one padded
         dim passing through whole, or a merged size (B*T) and the run of
@@ -867,35 +870,47 @@ class MaskRules:
                     pb, j = pb * self.shapes.size(b[j]), j + 1
                 else:
                     return False
-            if not self._group_keeps_layout([_expr(n) for n in ga], [_expr(n) for n in gb]):
+            if not self._group_keeps_layout(self._layouts_of(node.args[0]), [_expr(n) for n in ga],
+                                            [_expr(n) for n in gb]):
                 return False
         return i == len(a) and j == len(b)
 
-    def _group_keeps_layout(self, ga, gb):
+    def _group_keeps_layout(self, layouts, ga, gb):
+        """`layouts`: those of the input value's merged sizes."""
         if not any(e.free_symbols & self.shapes.bucketed for e in ga + gb):
             return True
         if ga == gb and len(ga) == 1:
             return True
-        if all(self._prefix_then_static(g) for g in (ga, gb)):
+        if all(self._prefix_then_static(g, layouts) for g in (ga, gb)):
             return True  # ((n, 12) -> (3 * n, 4): real elements are a prefix of the group on both sides)
-        for one, run in ((ga, gb), (gb, ga)):
-            if len(one) == 1 and _merged(one[0]) and self.shapes.layouts.get(one[0]) == tuple(run):
-                return True
+        for one, run, splits in ((ga, gb, True), (gb, ga, False)):
+            if len(one) == 1 and len(run) > 1 and _merged(one[0]) and sympy.expand(math.prod(run) - one[0]) == 0:
+                # Merging padded dims lays the merged one out per factor (its
+                # mask says so); splitting it back is right when the value is
+                # laid out in those factors (not as a prefix, nor in others).
+                if not splits or layouts.get(one[0]) == tuple(run):
+                    return True
         return False
 
-    def _prefix_then_static(self, group):
+    def _layouts_of(self, value):
+        """{merged size: factors} of an FX value: its own (merged_layouts
+        followed it through views), else the graph's."""
+        own = self.shapes.value_layouts.get(value, {}) if isinstance(value, torch.fx.Node) else {}
+        return {**self.shapes.layouts, **own}
+
+    def _prefix_then_static(self, group, layouts):
         """Padded (a prefix) at most in the group's first dim."""
         bucketed = self.shapes.bucketed
         first = group[0]
-        prefix = isinstance(first, sympy.Symbol) or self.shapes.layouts.get(first) == (first,)
+        prefix = isinstance(first, sympy.Symbol) or layouts.get(first) == (first,)
         return (prefix or not first.free_symbols & bucketed) and not any(e.free_symbols & bucketed for e in group[1:])
 
-    def _reshape_by_gather(self, x, src, dst):
+    def _reshape_by_gather(self, node, x, src, dst):
         """A reshape that moves real elements across padding: each output
         position takes the element at its true flat index (counted in true
         sizes, placed by padded ones -- per factor for a merged dim)."""
-        in_true, in_padded = self._factor_sizes(src.shape)
-        out_true, out_padded = self._factor_sizes(dst.shape)
+        in_true, in_padded = self._factor_sizes(src.shape, self._layouts_of(node.args[0]))
+        out_true, out_padded = self._factor_sizes(dst.shape, self._layouts_of(node))
         flat, valid = 0, True
         for k, n in enumerate(out_true):
             position = lax.broadcasted_iota(jnp.int32, out_padded, k)
@@ -908,7 +923,7 @@ class MaskRules:
         taken = jnp.take(jnp.reshape(x, (-1,)), jnp.where(valid, source, 0).reshape(-1), mode="clip")
         return taken.reshape(shape), [jnp.reshape(valid, shape)]
 
-    def _factor_sizes(self, shape):
+    def _factor_sizes(self, shape, layouts):
         """(true, padded) sizes of `shape`'s dims, a merged dim as its
         layout's factors."""
         true, padded = [], []
@@ -916,7 +931,7 @@ class MaskRules:
             expr = _expr(n)
             factors = (expr,)
             if _merged(expr) and expr.free_symbols & self.shapes.bucketed:
-                factors = self.shapes.layouts.get(expr)
+                factors = layouts.get(expr)
                 if factors is None:
                     raise Unpaddable(f"a reshape of a value of size {tuple(shape)} (a merged dim in no single "
                                      "layout)", expr.free_symbols & self.shapes.bucketed)
