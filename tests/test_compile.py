@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import torchtpu
 import torchtpu.compile
@@ -1014,6 +1015,38 @@ def test_dynamic_reshapes_across_padding(name, dynamic):
         (want * w).sum().backward()
         (got * w.to("tpu")).sum().backward()
         assert_close(y.grad, x.grad, **TOL)
+
+
+def test_dynamic_multihead_attention_training_forward_is_bucketed():
+    # nn.MultiheadAttention views (B*T, E) rows in two factor orders: the
+    # forward's reshapes merge and split them (no single layout) and must
+    # stay plain reshapes, not send the forward to exact sizes.  (Its
+    # backward is kept exact: fresh values of such a size have no layout.)
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.out = nn.Embedding(20, 16), nn.Linear(16, 20)
+            self.attention = nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, ids):
+            h = self.emb(ids)
+            return self.out(self.attention(h, h, h, need_weights=False)[0])
+
+    torch.manual_seed(0)
+    model = Model()
+    tpu_model = copy.deepcopy(model).to("tpu")
+    compiled = torch.compile(lambda m, i, t: F.cross_entropy(m(i).reshape(-1, 20), t.reshape(-1)), backend="tpu",
+                             dynamic=True)
+    for length in (9, 10, 11, 13):
+        ids, targets = torch.randint(0, 20, (3, length)), torch.randint(0, 20, (3, length))
+        want = F.cross_entropy(model(ids).reshape(-1, 20), targets.reshape(-1))
+        got = compiled(tpu_model, ids.to("tpu"), targets.to("tpu"))
+        assert_close(got, want, **TOL)
+        want.backward()
+        got.backward()
+    assert_close(tpu_model.attention.in_proj_weight.grad, model.attention.in_proj_weight.grad, rtol=1e-4, atol=1e-4)
+    forward = [g["compilations"] for g in _graph_stats()["per_graph"] if g["name"].endswith("forward")]
+    assert forward == [1], _graph_stats()["per_graph"]
 
 
 def test_dynamic_causal_mask_buffer_gradients():
