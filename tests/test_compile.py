@@ -451,6 +451,18 @@ def test_explain_works():
     assert out.device.type == "tpu"
 
 
+def test_modes_are_noted_or_refused(caplog):
+    model = nn.Linear(4, 2).to("tpu")
+    x = torch.randn(3, 4, device="tpu")
+    with caplog.at_level(logging.WARNING, logger="torchtpu.compile"):
+        out = torch.compile(model, backend="tpu", mode="max-autotune")(x)
+    assert_close(out, model(x).cpu(), **TOL)
+    assert any("mode='max-autotune' has no effect" in r.getMessage() for r in caplog.records)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="Unrecognized mode=fastest"):
+        torch.compile(model, backend="tpu", mode="fastest")(x)
+
+
 def test_options_dump_graphs_and_hlo(tmp_path):
     fn = torch.compile(lambda x: x.relu() + 1, backend="tpu", options={"dump_dir": str(tmp_path), "xla_opt_level": 1})
     out = fn(torch.randn(4, device="tpu"))

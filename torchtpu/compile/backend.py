@@ -6,6 +6,7 @@ dispatch, CPU fallback included) with a log line naming the op: slow,
 never wrong."""
 
 import itertools
+import logging
 
 import torch
 
@@ -15,6 +16,24 @@ from .options import Options
 from .output_code import TpuGraphCode, caches_keep_graphs, compiling_with, graph_runner, prepare
 
 _counter = itertools.count()
+log = logging.getLogger("torchtpu.compile")
+
+# torch.compile's modes (inductor's names): none changes what this backend
+# does -- each graph is one XLA executable -- so a known one is noted and
+# ignored, an unknown one refused as inductor refuses it.
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_noted_modes = set()
+
+
+def _check_mode(mode):
+    if mode is None or mode == "default":
+        return
+    if mode not in MODES:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(MODES)}")
+    if mode not in _noted_modes:
+        _noted_modes.add(mode)
+        log.warning("torchtpu.compile: mode=%r has no effect with backend='tpu' (every graph is one XLA "
+                    "executable already); use options={...} for this backend's settings", mode)
 
 
 _decomposition_table = {}
@@ -60,6 +79,7 @@ def tpu_backend(gm, example_inputs, options=None, mode=None, **kwargs):
 
     from . import upstream_fixes
 
+    _check_mode(mode)
     prepare()
     opts = Options(options)
     graph_id = next(_counter)
