@@ -856,6 +856,7 @@ class MaskRules:
         b = [n for n in dst.shape if _expr(n) != 1]
         if 0 in self.shapes.shape(a) or 0 in self.shapes.shape(b):
             return True  # (nothing to move)
+        layouts = self._layouts_of(node.args[0])
         i = j = 0
         while i < len(a) and j < len(b):
             ga, gb = [a[i]], [b[j]]
@@ -870,8 +871,7 @@ class MaskRules:
                     pb, j = pb * self.shapes.size(b[j]), j + 1
                 else:
                     return False
-            if not self._group_keeps_layout(self._layouts_of(node.args[0]), [_expr(n) for n in ga],
-                                            [_expr(n) for n in gb]):
+            if not self._group_keeps_layout(layouts, [_expr(n) for n in ga], [_expr(n) for n in gb]):
                 return False
         return i == len(a) and j == len(b)
 

@@ -31,17 +31,18 @@ _library = None
 
 # ---- layout ---------------------------------------------------------------
 
-def _components(nested):
-    """The components as views of the nested tensor's storage."""
-    storage, sizes, strides, offsets = _C._nested_parts(nested)
+def _components(parts):
+    """The components as views of the nested tensor's storage (`parts`:
+    _C._nested_parts of it)."""
+    storage, sizes, strides, offsets = parts
     return [storage.as_strided(size, stride, offset)
             for size, stride, offset in zip(sizes.tolist(), strides.tolist(), offsets.tolist())]
 
 
-def _padded_batch(nested):
+def _padded_batch(parts):
     """(the (N, L, D) batch the components lie in, their lengths), or None
-    when `nested` is not laid out as rows of a padded batch."""
-    storage, sizes, strides, offsets = _C._nested_parts(nested)
+    when they are not laid out as rows of a padded batch."""
+    storage, sizes, strides, offsets = parts
     n = sizes.size(0)
     if n == 0 or sizes.dim() != 2 or sizes.size(1) != 2:
         return None
@@ -89,23 +90,24 @@ def _wrap_batch(batch, lengths):
 
 def _as_batch(nested):
     """(N, L, D) batch with zeros past each length, and the lengths."""
-    found = _padded_batch(nested)
+    parts = _C._nested_parts(nested)
+    found = _padded_batch(parts)
     if found is not None:
         return found
-    parts = _components(nested)
-    if not parts:
+    pieces = _components(parts)
+    if not pieces:
         raise RuntimeError("torchtpu: expected a nested tensor with at least one component")
-    if any(p.dim() != 2 or p.size(1) != parts[0].size(1) for p in parts):
+    if any(p.dim() != 2 or p.size(1) != pieces[0].size(1) for p in pieces):
         raise RuntimeError("torchtpu: expected a nested tensor of (length, features) components")
-    return _pad_components(parts, 0.0, None), [p.size(0) for p in parts]
+    return _pad_components(pieces, 0.0, None), [p.size(0) for p in pieces]
 
 
-def _pad_components(parts, padding, shape):
+def _pad_components(pieces, padding, shape):
     """Pad each component to `shape` (default: the largest per dim), stacked."""
     if shape is None:
-        shape = [max(p.size(k) for p in parts) for k in range(parts[0].dim())]
+        shape = [max(p.size(k) for p in pieces) for k in range(pieces[0].dim())]
     padded = []
-    for p in parts:
+    for p in pieces:
         pads = []
         for k in reversed(range(p.dim())):
             pads += [0, shape[k] - p.size(k)]
@@ -168,10 +170,9 @@ def transformer_encoder_layer(src, embed_dim, num_heads, *weights_and_flags, mas
     return _wrap_batch(out.contiguous(), lengths)
 
 
-def _output_shape(nested, output_size):
-    """The padded shape past the batch dim: the largest size per dim, or
-    `output_size`'s when it is no smaller."""
-    sizes = _C._nested_parts(nested)[1]
+def _output_shape(sizes, output_size):
+    """The padded shape past the batch dim: the largest of the components'
+    `sizes` per dim, or `output_size`'s when it is no smaller."""
     largest = sizes.max(0).values.tolist() if sizes.size(0) else [0] * sizes.size(1)
     if output_size is None:
         return largest
@@ -183,10 +184,11 @@ def _output_shape(nested, output_size):
 
 
 def to_padded_tensor(nested, padding, output_size=None):
-    shape = _output_shape(nested, output_size)
-    found = _padded_batch(nested)
+    parts = _C._nested_parts(nested)
+    shape = _output_shape(parts[1], output_size)
+    found = _padded_batch(parts)
     if found is None:
-        return _pad_components(_components(nested), padding, shape)
+        return _pad_components(_components(parts), padding, shape)
     batch, lengths = found
     out = torch.where(_valid(lengths, batch.size(1), batch.device)[..., None], batch, padding)
     rows, width = shape
@@ -200,7 +202,7 @@ def to_padded_tensor(nested, padding, output_size=None):
 def unbind(nested, dim=0):
     if dim != 0:
         raise RuntimeError(f"NestedTensor can only be unbound along dimension 0 got dimension {dim} instead.")
-    return _components(nested)
+    return _components(_C._nested_parts(nested))
 
 
 _NESTED_KERNELS = {

@@ -13,7 +13,7 @@ import torch
 from jax import lax
 
 from ..registry import lower
-from .common import acc_dtype, astype as convert
+from .common import acc_dtype, astype
 
 aten = torch.ops.aten
 
@@ -120,7 +120,7 @@ def logspace(ctx, start, end, steps, base=10.0, *rest):
         return jnp.reshape(jnp.power(jnp.float64(base), s), (1,)).astype(dtype)
     e = jnp.asarray(end).astype(jnp.float64)
     if not jnp.issubdtype(dtype, jnp.complexfloating):
-        s, e = (convert(v, dtype).astype(jnp.float64) for v in (s, e))
+        s, e = (astype(v, dtype).astype(jnp.float64) for v in (s, e))
     # Exponents as divisions, not sums of step * i: XLA:CPU fuses those
     # products into FMAs, whose 10 - 0.02 * 500 is -2e-16 where ATen's loop
     # gets 0 (10**0 came out 0.9999..., 0 as an integer).  A true division
