@@ -63,6 +63,17 @@ struct OpInfo {
   // the others are baked into the kernel (see dispatch.MAX_BAKED_VALUES).
   std::vector<bool> dynamic;
   bool fast = true;  // false: always take the Python path (transfer ops...)
+  // Views past their box's first leading index read at a traced row
+  // (ops/row_offsets.py); off for ops whose outputs sit at an input's offset.
+  bool trace_rows = true;
+};
+
+// A box signature's leading rows (ops/row_offsets.py::box_rows).
+struct BoxRows {
+  bool valid = false;
+  int64_t lead = 0;  // leading size
+  int64_t per_row = 0;  // elements per leading index
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
 };
 
 struct FreshSpec {
@@ -122,6 +133,9 @@ struct State {
   std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> ops;
   // Shared: a hit holds its spec while it runs, whatever Python evicts.
   std::unordered_map<Key, std::shared_ptr<Spec>, KeyHash> cache;
+  // Interned box signatures (held: their identity is the key) -> their rows.
+  std::unordered_map<PyObject*, BoxRows> box_rows;
+  py::object box_rows_fn;  // row_offsets.box_rows, imported at first use
   int64_t hits = 0;
   int64_t misses = 0;
 };
@@ -143,6 +157,7 @@ struct Call {
   Key key;
   std::vector<uintptr_t> addresses;  // slot -> storage address
   std::vector<PyObject*> arrays;  // slot -> box array (borrowed) or null
+  std::vector<PyObject*> sigs;  // slot -> box signature (borrowed) or null
   std::vector<py::object> dyn;  // traced non-array inputs, argument order
   int device = -1;
   int requested = -1;  // device= of a factory (no tensor says where)
@@ -158,7 +173,61 @@ constexpr int64_t kTagBool = -5;
 constexpr int64_t kTagList = -6;
 constexpr int64_t kTagOther = -7;
 
-void add_tpu_tensor(Call& call, const at::Tensor& t) {
+const BoxRows& box_rows(PyObject* sig) {
+  State* s = state();
+  auto it = s->box_rows.find(sig);
+  if (it != s->box_rows.end()) {
+    return it->second;
+  }
+  BoxRows rows;
+  try {
+    if (!s->box_rows_fn) {
+      s->box_rows_fn = py::module::import("torchtpu.ops.row_offsets").attr("box_rows");
+    }
+    py::object r = s->box_rows_fn(py::reinterpret_borrow<py::object>(sig));
+    if (!r.is_none() && !r[py::int_(2)].is_none()) {
+      rows.valid = true;
+      rows.lead = r[py::int_(0)].cast<int64_t>();
+      rows.per_row = r[py::int_(1)].cast<int64_t>();
+      PyObject* dtype = py::object(r[py::int_(2)]).ptr();
+      TORCH_INTERNAL_ASSERT(THPDtype_Check(dtype));
+      rows.dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+    }
+  } catch (py::error_already_set& e) {
+    e.restore();
+    rethrow_python();
+  }
+  Py_INCREF(sig);
+  return s->box_rows.emplace(sig, rows).first->second;
+}
+
+// The rule of ops/row_offsets.py::leading_rows (keep the two identical):
+// whether a view is read at a traced row, and (row, residual, span).
+bool leading_rows(PyObject* sig, const at::Tensor& t, int64_t* row, int64_t* residual, int64_t* span) {
+  const int64_t offset = t.unsafeGetTensorImpl()->storage_offset();
+  if (offset == 0 || sig == nullptr) {
+    return false;
+  }
+  const BoxRows& rows = box_rows(sig);
+  if (!rows.valid || rows.dtype != t.scalar_type() || rows.per_row == 0 || offset < rows.per_row) {
+    return false;
+  }
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) {
+      return false;
+    }
+    extent += (sizes[d] - 1) * strides[d];
+  }
+  *row = offset / rows.per_row;
+  *residual = offset % rows.per_row;
+  *span = (*residual + extent + rows.per_row - 1) / rows.per_row;
+  return *row + *span <= rows.lead;
+}
+
+void add_tpu_tensor(Call& call, const at::Tensor& t, bool trace_rows) {
   auto* impl = t.unsafeGetTensorImpl();
   const int device = t.device().index();
   if (call.device < 0) {
@@ -182,6 +251,7 @@ void add_tpu_tensor(Call& call, const at::Tensor& t) {
       Py_DECREF(py_address);
     }
     call.arrays.push_back(entry ? PyTuple_GET_ITEM(entry, 0) : nullptr);
+    call.sigs.push_back(entry ? PyTuple_GET_ITEM(entry, 1) : nullptr);
     // The interned signature object's identity stands for (shape, dtype).
     call.key.push_back(
         entry ? reinterpret_cast<int64_t>(PyTuple_GET_ITEM(entry, 1)) : 0);
@@ -193,7 +263,16 @@ void add_tpu_tensor(Call& call, const at::Tensor& t) {
   // dtype, and the lazy conjugate/negative bits (kernels read the logical value)
   call.key.push_back(static_cast<int64_t>(t.scalar_type()) | (impl->is_conj() ? 1 << 16 : 0) |
                      (impl->is_neg() ? 1 << 17 : 0));
-  call.key.push_back(impl->storage_offset());
+  int64_t row = 0;
+  int64_t residual = 0;
+  int64_t span = 0;
+  if (trace_rows && leading_rows(call.sigs[slot], t, &row, &residual, &span)) {
+    call.key.push_back(-1 - residual);  // (negative: a static offset is >= 0)
+    call.key.push_back(span);
+    call.dyn.push_back(py::int_(row));
+  } else {
+    call.key.push_back(impl->storage_offset());
+  }
   call.key.push_back(static_cast<int64_t>(storage.nbytes()));
   const auto sizes = impl->sizes();
   const auto strides = impl->strides();
@@ -232,7 +311,7 @@ void add_scalar(Call& call, const c10::IValue& v, bool dynamic) {
   }
 }
 
-void add_tensor_arg(Call& call, const c10::IValue& v, bool dynamic = false) {
+void add_tensor_arg(Call& call, const c10::IValue& v, bool trace_rows, bool dynamic = false) {
   if (v.isNone()) {
     call.key.push_back(kTagNone);
     return;
@@ -245,7 +324,7 @@ void add_tensor_arg(Call& call, const c10::IValue& v, bool dynamic = false) {
   if (!t.defined()) {
     call.key.push_back(kTagNone);
   } else if (t.device().type() == kTpu) {
-    add_tpu_tensor(call, t);
+    add_tpu_tensor(call, t, trace_rows);
   } else if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
     // `x + 2`: Python kernels see the number, so a Scalar.
     add_scalar(call, c10::IValue(t.item()), dynamic);
@@ -324,14 +403,14 @@ void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v
   switch (info.kinds[i]) {
     case kTensor:
     case kOptTensor:
-      add_tensor_arg(call, v, info.dynamic[i]);
+      add_tensor_arg(call, v, info.trace_rows, info.dynamic[i]);
       break;
     case kTensorList:
     case kOptTensorList:
       if (v.isNone()) {
         call.key.push_back(kTagNone);
       } else {
-        add_list(call, v, [&](const c10::IValue& item) { add_tensor_arg(call, item); });
+        add_list(call, v, [&](const c10::IValue& item) { add_tensor_arg(call, item, info.trace_rows); });
       }
       break;
     case kScalar:
@@ -768,6 +847,16 @@ void set_dynamic_scalar(const std::string& name, const std::string& overload, in
   }
 }
 
+void set_static_offsets(const std::string& name, const std::string& overload) {
+  const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  TORCH_CHECK(handle.has_value(), "torchtpu: unknown op ", name, ".", overload);
+  State* s = state();
+  auto it = s->ops.find(&handle->schema());
+  if (it != s->ops.end()) {
+    it->second->trace_rows = false;
+  }
+}
+
 void set_launch_blocking(py::object wait) {
   state()->launch_blocking = std::move(wait);
 }
@@ -777,13 +866,15 @@ void set_launch_blocking(py::object wait) {
 // tensor: geometry, dtype, storage slot, box signature): (key bytes, box
 // entry per slot, address per slot, device), or None for anything else (a
 // CPU scalar, a number, two devices), which the Python path keys.
-py::object graph_call_key(const py::tuple& args) {
+py::object graph_call_key(const py::tuple& args, const py::object& traced_rows) {
   State* s = state();
   TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
   drain_boxes();
   Call call;
   call.key.reserve(16 * args.size());
-  for (const auto& arg : args) {
+  const bool any_traced = !traced_rows.is_none();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const py::handle arg = PyTuple_GET_ITEM(args.ptr(), static_cast<Py_ssize_t>(i));
     if (!THPVariable_Check(arg.ptr())) {
       return py::none();
     }
@@ -791,7 +882,8 @@ py::object graph_call_key(const py::tuple& args) {
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) {
       return py::none();
     }
-    add_tpu_tensor(call, t);
+    const bool trace = any_traced && PySequence_Contains(traced_rows.ptr(), py::int_(i).ptr()) == 1;
+    add_tpu_tensor(call, t, trace);
     if (!call.fast) {
       return py::none();
     }
@@ -809,7 +901,11 @@ py::object graph_call_key(const py::tuple& args) {
     addresses[slot] = std::move(py_address);
   }
   py::bytes key(reinterpret_cast<const char*>(call.key.data()), call.key.size() * sizeof(int64_t));
-  return py::make_tuple(std::move(key), std::move(entries), std::move(addresses), call.device);
+  py::list dyn(call.dyn.size());
+  for (size_t k = 0; k < call.dyn.size(); ++k) {
+    dyn[k] = std::move(call.dyn[k]);
+  }
+  return py::make_tuple(std::move(key), std::move(entries), std::move(addresses), call.device, std::move(dyn));
 }
 
 // A compiled graph's fresh outputs: one new tpu tensor per (sizes,

@@ -32,7 +32,8 @@ void set_dynamic_scalar(const std::string& name, const std::string& overload, in
 void set_launch_blocking(py::object wait);
 void clear_fastpath_cache();
 void forget_kernels(const py::list& executables);
-py::object graph_call_key(const py::tuple& args);
+py::object graph_call_key(const py::tuple& args, const py::object& traced_rows);
+void set_static_offsets(const std::string& name, const std::string& overload);
 py::list bind_fresh(const py::list& specs, int device, const py::tuple& results, const py::list& sigs);
 
 namespace {
@@ -97,6 +98,11 @@ PYBIND11_MODULE(_C, m) {
       "_set_dynamic_scalar",
       &set_dynamic_scalar,
       "From now on pass this Scalar argument of the op traced, not baked in.");
+  m.def(
+      "_set_static_offsets",
+      &set_static_offsets,
+      "From now on key this op's views by their storage offsets (no traced "
+      "rows: ops/row_offsets.py).");
   m.def("_clear_fastpath_cache", &clear_fastpath_cache);
   m.def(
       "_forget_kernels",
@@ -106,8 +112,11 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_graph_call_key",
       &graph_call_key,
-      "A compiled graph's call of tpu tensors keyed in C++ (fastpath.cpp): "
-      "(key bytes, box entries, addresses, device) or None.");
+      py::arg("args"),
+      py::arg("traced_rows") = py::none(),
+      "A compiled graph's call of tpu tensors keyed in C++ (fastpath.cpp), "
+      "the arguments at positions in `traced_rows` read at traced rows: "
+      "(key bytes, box entries, addresses, device, traced rows) or None.");
   m.def(
       "_bind_fresh",
       &bind_fresh,

@@ -21,7 +21,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import convert, to_jax
-from . import aten_checks, host_fill, kernel_cache, plans, scalar_overflow, sparse_layouts
+from . import aten_checks, host_fill, kernel_cache, plans, row_offsets, scalar_overflow, sparse_layouts
 from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
@@ -70,6 +70,12 @@ class Unsupported(Exception):
     output shape, ...); the caller falls back."""
 
 
+class _OffsetsInOutputs(Exception):
+    """A kernel whose output geometry follows an input's storage offset
+    (as_strided_scatter keeps self's layout; an out= resize) cannot share
+    one kernel across offsets: its op keys offsets statically."""
+
+
 class Declined(Unsupported):
     """The op's lowering does not take these arguments (`Lowering.accepts`):
     ATen's own kernel decides, on the CPU (not a decomposition)."""
@@ -87,7 +93,7 @@ def device_mismatch(a, b):
 class Call:
     """Runtime data gathered while building the key of one call."""
 
-    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "device", "requested", "generator")
+    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "rows", "device", "requested", "generator")
 
     def __init__(self):
         self.addresses = []  # slot -> storage address
@@ -95,6 +101,7 @@ class Call:
         self.entries = []  # slot -> box entry (array, sig) or None
         self.dyn = []  # traced non-array inputs, in argument order
         self.infos = {}  # id(tensor) -> _tensor_info
+        self.rows = {}  # id(tensor) -> (dyn index of its row, residual, span): read at a traced row (row_offsets.py)
         self.device = None
         self.requested = None  # device= argument of a factory
         self.generator = None
@@ -107,7 +114,10 @@ class Call:
             return type(v)
         return (float, v.hex()) if type(v) is float else (type(v), v)  # hex: -0.0, nan
 
-    def tensor_key(self, t):
+    def tensor_key(self, t, trace_rows=False):
+        """A tensor's part of the key.  `trace_rows`: a view past its box's
+        first leading index is keyed by its place within the rows it
+        touches, its row passed traced (row_offsets.py)."""
         if t.is_cpu:
             if t.dim() != 0:
                 raise device_mismatch(f"tpu:{self.device or 0}", "cpu")
@@ -129,11 +139,19 @@ class Call:
             self.addresses.append(address)
             self.entries.append(_boxes.get(address) if address else None)
         entry = self.entries[slot]
+        sig = entry[1] if entry is not None else None
         bits = _math_bits(t)
-        return (sizes, strides, offset, t.dtype, slot, entry[1] if entry is not None else None, nbytes, bits)
+        rows = row_offsets.leading_rows(sig, t.dtype, sizes, strides, offset) if trace_rows else None
+        if rows is not None:
+            row, residual, span = rows
+            self.rows[id(t)] = (len(self.dyn), residual, span)
+            self.dyn.append(row)
+            offset = ("rows", residual, span)
+        return (sizes, strides, offset, t.dtype, slot, sig, nbytes, bits)
 
     def key(self, sch, entry, values):
         parts = [sch.op]
+        trace_rows = entry.trace_rows
         kinds = entry.kinds
         static = entry.static
         dynamic = entry.dynamic
@@ -143,7 +161,7 @@ class Call:
                 if v is None:
                     parts.append(None)
                 elif isinstance(v, torch.Tensor):
-                    parts.append(self.tensor_key(v))
+                    parts.append(self.tensor_key(v, trace_rows))
                 else:  # a wrapped number (`x + 2`) reaches Python kernels as a number
                     parts.append(self.scalar_key(v, i in dynamic))
             elif kind is SCALAR:
@@ -157,7 +175,7 @@ class Call:
                     self.requested = v.index if v.index is not None else _C._current_device()
                 parts.append(static_key(v))
             elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
-                parts.append(None if v is None else tuple(None if t is None else self.tensor_key(t) for t in v))
+                parts.append(None if v is None else tuple(None if t is None else self.tensor_key(t, trace_rows) for t in v))
             elif kind is SCALAR_LIST:
                 parts.append(tuple(type(s) for s in v))
                 self.dyn.extend(v)
@@ -198,7 +216,7 @@ MAX_BAKED_VALUES = 3
 class OpEntry:
     """An overload's schema, lowering and how its Scalars are passed."""
 
-    __slots__ = ("schema", "lowering", "static", "kinds", "dynamic", "seen")
+    __slots__ = ("schema", "lowering", "static", "kinds", "dynamic", "seen", "trace_rows")
 
     def __init__(self, op):
         self.schema = schema_of(op)
@@ -214,6 +232,13 @@ class OpEntry:
         ]
         self.dynamic = set()  # Scalar positions now traced
         self.seen = {}  # position -> distinct values baked so far
+        self.trace_rows = True  # views' rows traced (row_offsets.py); off for ops whose outputs sit at their input's offset
+
+    def pin_offsets(self):
+        """Key this op's views by their offsets from now on (here and in C++)."""
+        self.trace_rows = False
+        op = self.schema.op
+        _C._set_static_offsets(op._schema.name, op._schema.overload_name)
 
     def note_scalars(self, values) -> bool:
         """Record the baked Scalar values of a cache miss; True if a position
@@ -339,7 +364,11 @@ def run_with_kernel(op, args, kwargs):
         if served is not None:
             stats["calls"] += 1
             return served, None
-        kernel = _build(entry, values, call, key)
+        try:
+            kernel = _build(entry, values, call, key)
+        except _OffsetsInOutputs:
+            entry.pin_offsets()
+            return run_with_kernel(op, args, kwargs)
         _cache[key] = kernel
         stats["compiles"] += 1
     stats["calls"] += 1
@@ -418,8 +447,8 @@ def _assemble(returns, values, fresh):
         elif kind == "arg":
             out.append(values[ref])
         elif kind == "view":
-            position, sizes, strides, offset = ref
-            out.append(values[position].as_strided(sizes, strides, offset))
+            position, sizes, strides, delta = ref
+            out.append(values[position].as_strided(sizes, strides, values[position].storage_offset() + delta))
         elif kind == "int":
             out.append(ref)
         else:
@@ -543,8 +572,9 @@ def _build(entry, values, call, key):
         if alias is not None:
             if sch.op._schema.returns[r].alias_info.is_write:
                 kernel.returns.append(("arg", alias))
-            else:
-                kernel.returns.append(("view", (alias,) + _geometry(m)))
+            else:  # (its offset relative to the input's, which a traced row moves)
+                sizes, strides, offset = _geometry(m)
+                kernel.returns.append(("view", (alias, sizes, strides, offset - meta_values[alias].storage_offset())))
             continue
         if sch.return_is_list[r]:
             refs = []
@@ -560,6 +590,8 @@ def _build(entry, values, call, key):
         elif m.storage_offset() != 0:
             # (as_strided_scatter keeps self's storage layout): the kernel
             # writes a whole fresh storage, the op returns its view
+            if call.rows:
+                raise _OffsetsInOutputs()
             k = _add_fresh(kernel, m, expected, whole_storage=True)
             kernel.returns.append(("fresh_view", (k,) + _geometry(m)))
         else:
@@ -613,6 +645,10 @@ def _build(entry, values, call, key):
             sizes, strides, offset = _geometry(m)
             if target[0] == "fresh" or target[0] == "resized":
                 fresh_out.append(plans.write_view(None, target[2], sizes, strides, offset, value))
+            elif target[3] is not None:  # a view at a traced row
+                k, residual, span = target[3]
+                slot = target[1]
+                slots[slot] = row_offsets.write_rows(slots[slot], dyn[k], span, sizes, strides, residual, value)
             else:
                 slot = target[1]
                 slots[slot] = plans.write_view(slots.get(slot), target[2], sizes, strides, offset, value)
@@ -701,10 +737,13 @@ def _match_resized_out_layout(sch, values, meta_values, call):
 
 
 def _mutation_target(kernel, call, position, real, meta, single):
-    """Where the new value of a mutated argument goes."""
+    """Where the new value of a mutated argument goes: ("slot", slot,
+    storage bytes, traced rows or None) or ("resized", position, bytes)."""
     address, nbytes, sizes, strides, offset, _ = call.infos[id(real)]
     post = _geometry(meta)
     if post != (sizes, strides, offset) and single:
+        if call.rows:
+            raise _OffsetsInOutputs()
         # out= that must resize: resize the real tensor now and on every call.
         kernel.resized.append((position, post[0], post[1]))
         real.resize_(post[0])
@@ -714,7 +753,7 @@ def _mutation_target(kernel, call, position, real, meta, single):
         if new_address != address:
             return ("resized", position, new_nbytes)
         nbytes = new_nbytes
-    return ("slot", call.slot_of[address], nbytes)
+    return ("slot", call.slot_of[address], nbytes, call.rows.get(id(real)))
 
 
 def _math_bits(t):
@@ -754,11 +793,16 @@ def _readers(entry, values, call):
         slot = call.slot_of[address]
         dtype = to_jax(t.dtype)
         bits = _math_bits(t)
+        if id(t) in call.rows:
+            k = dyn_index[0]  # (its row was appended to dyn while keying, in argument order)
+            dyn_index[0] += 1
+            _, residual, span = call.rows[id(t)]
+            read = lambda arrays, dyn: row_offsets.read_rows(arrays[slot], dyn[k], span, sizes, strides, residual, dtype)
+        else:
+            read = lambda arrays, dyn: plans.read_view(arrays.get(slot), sizes, strides, offset, dtype)
         if bits:
-            return lambda arrays, dyn: _apply_math_bits(
-                plans.read_view(arrays.get(slot), sizes, strides, offset, dtype), bits
-            )
-        return lambda arrays, dyn: plans.read_view(arrays.get(slot), sizes, strides, offset, dtype)
+            return lambda arrays, dyn: _apply_math_bits(read(arrays, dyn), bits)
+        return read
 
     for i, (kind, v) in enumerate(zip(entry.kinds, values)):
         if v is None:

@@ -9,7 +9,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import numpy_to_torch, to_jax, torch_to_numpy
-from . import dispatch, plans
+from . import dispatch, plans, row_offsets
 from .special import special
 
 aten = torch.ops.aten
@@ -27,7 +27,17 @@ def materialize(t: torch.Tensor):
         array, sig = entry
         if sig == (sizes, dtype) and offset == 0 and plans.is_contiguous(sizes, strides):
             return array
-    key = (sizes, strides, offset, dtype, None if entry is None else entry[1], device)
+    sig = None if entry is None else entry[1]
+    rows = row_offsets.leading_rows(sig, t.dtype, sizes, strides, offset)
+    if rows is not None:  # (`losses[i].item()` in a loop: one read kernel for all rows)
+        row, residual, span = rows
+        key = (sizes, strides, ("rows", residual, span), dtype, sig, device)
+        fn = _read_kernels.get(key)
+        if fn is None:
+            fn = _read_kernels[key] = jax.jit(
+                lambda x, row: row_offsets.read_rows(x, row, span, sizes, strides, residual, dtype))
+        return fn(entry[0], row)
+    key = (sizes, strides, offset, dtype, sig, device)
     fn = _read_kernels.get(key)
     if fn is None:
         target = jax.sharding.SingleDeviceSharding(devices.jax_device(device))
