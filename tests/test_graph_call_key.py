@@ -6,6 +6,7 @@ recompile forever."""
 
 import itertools
 
+import pytest
 import torch
 
 import torchtpu
@@ -13,18 +14,18 @@ from torchtpu import _C
 from torchtpu.ops.dispatch import Call
 
 
-def _python_key(args):
+def _python_key(args, trace_rows=False):
     call = Call()
-    parts = tuple(call.tensor_key(a) for a in args)
-    return parts, call.device
+    parts = tuple(call.tensor_key(a, trace_rows) for a in args)
+    return parts, call.device, tuple(call.dyn)
 
 
-def _fast_key(args):
-    found = _C._graph_call_key(tuple(args))
+def _fast_key(args, trace_rows=False):
+    found = _C._graph_call_key(tuple(args), tuple(range(len(args))) if trace_rows else None)
     assert found is not None
-    key, entries, addresses, device = found
+    key, entries, addresses, device, rows = found
     assert len(entries) == len(addresses)
-    return key, device
+    return key, device, tuple(rows)
 
 
 def _argument_sets():
@@ -36,20 +37,30 @@ def _argument_sets():
         base, other, base.t(), base[1:], tall[:4], tall[1:], base.view(6, 4), base.double(),
         cplx, cplx.conj(), torch._neg_view(base), torch.empty(0, device="tpu"),
         torch.randn(4, 6, device="tpu:1"), base[:, 1:], base.unsqueeze(0),
+        # views at leading rows (ops/row_offsets.py): keyed alike at any row when traced
+        base[2], base[3], base[1:3], base[2:4], base[2, 1:], base[3, 1:], base[1:3].t(), base[2:4].t(),
+        base.view(-1)[7:12], base.view(-1)[13:18], base.view(torch.int32)[2], base[1:3, ::2], tall[3:],
+        torch.arange(10, device="tpu")[3:6], torch.arange(10, device="tpu")[5:8],
     ]
     sets = [(t,) for t in singles]
     sets += [(base, base), (base, other), (base, base.t()), (other, other.t()), (base, base[1:]), (tall[:4], base)]
     return sets
 
 
-def test_fast_key_separates_calls_exactly_like_the_python_key():
+@pytest.mark.parametrize("trace_rows", [False, True])
+def test_fast_key_separates_calls_exactly_like_the_python_key(trace_rows):
     sets = _argument_sets()
-    python = [_python_key(s) for s in sets]
-    fast = [_fast_key(s) for s in sets]
+    python = [_python_key(s, trace_rows) for s in sets]
+    fast = [_fast_key(s, trace_rows) for s in sets]
     for i, j in itertools.combinations(range(len(sets)), 2):
-        assert (python[i] == python[j]) == (fast[i] == fast[j]), (i, j)
+        assert (python[i][:2] == python[j][:2]) == (fast[i][:2] == fast[j][:2]), (i, j)
+    for p, f in zip(python, fast):
+        assert p[2] == f[2]  # the same rows, traced in the same order
     # and the calls differ somewhere: the check above is not vacuous
     assert len(set(fast)) > len(sets) // 2
+    # traced rows make row views alike (base[2] ~ base[3]); static keys tell them apart
+    i, j = [k for k, s in enumerate(sets) if len(s) == 1 and s[0].shape == (6,) and s[0].stride() == (1,)][:2]
+    assert (fast[i][0] == fast[j][0]) == trace_rows
 
 
 def test_fast_key_declines_what_only_python_keys():

@@ -181,12 +181,12 @@ class DynamicCalls:
             if exe is not None:
                 self.stats.requests += 1
                 self.stats.hits += 1
-                call = storages.FastCall(*fast[1:], dyn=draws)
+                call = storages.FastCall(*fast[1:4], dyn=draws)
         if exe is None:  # keyed in Python (the first call of a signature: the executable is built from it)
             key += [tensor_key(call, args[i]) for i in inputs.static_tensors]
             call.dyn.extend(draws)  # (after the CPU scalars: see _readers)
             key, exe = self._lookup(key, call)
-        if exe is None and self.churning.note_compile(args, self.name):
+        if exe is None and self.churning.note_compile(args, self.name, trace_rows=False):
             del call, padded
             self.stats.requests -= 1  # (the retry counts the call)
             return self._call_dynamic(self.churning.compact(args), draws)
@@ -341,7 +341,7 @@ class DynamicCalls:
                 else:
                     out_masks.append(None)
             exe.first_write = len(results)
-            results.extend(storages.written(args, call, arrays, mutations, exe.written_slots, exe.written_back))
+            results.extend(storages.written(args, call, arrays, (), mutations, exe.written_slots, exe.written_back))  # (no traced rows)
             results.extend(mutations[index] for index in exe.written_back)
             if graph.checks:
                 table[:] = [(message, error, op) for _, _, message, error, op in graph.checks]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .. import _C
-from ..ops import plans
+from ..ops import plans, row_offsets
 from ..ops.context import matmul_precision
 from ..ops.dispatch import Call
 from ..ops.transfer import to_host
@@ -65,7 +65,8 @@ class CompiledGraph(DynamicCalls):
         # Steady state: every argument a tpu tensor, keyed in C++ (a
         # training step's graphs take dozens of them; keying them in
         # Python cost ~10 us each).
-        fast = _C._graph_call_key(args)
+        traced_rows = self.churning.rows
+        fast = _C._graph_call_key(args, traced_rows or None)
         if fast is not None:
             fast_key = (fast[0], fast[3], matmul_precision(), torch.get_default_dtype())
             exe = self.by_fast_key.get(fast_key)
@@ -76,9 +77,9 @@ class CompiledGraph(DynamicCalls):
         boxes.drain()
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype()]
-        for a in args:
+        for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
-                key.append(tensor_key(call, a))
+                key.append(tensor_key(call, a, i in traced_rows))
             else:
                 key.append(argument_key(a))
         call.dyn.extend(generator_draws(args))  # (after the CPU scalars: see _readers)
@@ -199,7 +200,7 @@ class CompiledGraph(DynamicCalls):
                 box = plans.write_view(None, _nbytes(shape, strides, dtype), shape, strides, 0, outputs[i])
                 # (an empty output has no box; a placeholder keeps results aligned with exe.writes)
                 results.append(box if box is not None else jnp.zeros((0,), to_jax(dtype)))
-            results.extend(storages.written(args, call, arrays, mutations, written_slots, exe.host_writes))
+            results.extend(storages.written(args, call, arrays, rest, mutations, written_slots, exe.host_writes))
             results.extend(mutations[index] for index in exe.host_writes)
             results.extend(outputs[i] for i in host_values)
             if graph.checks:
@@ -285,11 +286,13 @@ class CompiledGraph(DynamicCalls):
 
     def _readers(self, args, call, skip=()):
         """Per argument, a function (input arrays, traced values) -> its
-        value in the graph.  The traced values: each CPU scalar's, then each
-        generator's draw (4 words)."""
+        value in the graph.  The traced values: each CPU tensor's value and
+        each traced row (in argument order, as keying appended them), then
+        each generator's draw (4 words)."""
         readers = []
         dyn_index = 0
-        draw_index = sum(isinstance(a, torch.Tensor) and a.is_cpu for i, a in enumerate(args) if i not in skip)
+        draw_index = sum(isinstance(a, torch.Tensor) and (a.is_cpu or id(a) in call.rows)
+                         for i, a in enumerate(args) if i not in skip)
         for i, a in enumerate(args):
             if i in skip:
                 readers.append(None)
@@ -305,6 +308,12 @@ class CompiledGraph(DynamicCalls):
                 address, nbytes, sizes, strides, offset, _ = call.infos[id(a)]
                 slot = call.slot_of[address]
                 dtype = to_jax(a.dtype)
+                if id(a) in call.rows:
+                    _, residual, span = call.rows[id(a)]
+                    readers.append(lambda arrays, dyn, slot=slot, k=dyn_index, g=(span, sizes, strides, residual, dtype):
+                                   row_offsets.read_rows(arrays[slot], dyn[k], *g))
+                    dyn_index += 1
+                    continue
                 readers.append(
                     lambda arrays, dyn, slot=slot, g=(sizes, strides, offset, dtype): plans.read_view(arrays.get(slot), *g)
                 )
