@@ -850,11 +850,8 @@ void set_dynamic_scalar(const std::string& name, const std::string& overload, in
 void set_static_offsets(const std::string& name, const std::string& overload) {
   const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   TORCH_CHECK(handle.has_value(), "torchtpu: unknown op ", name, ".", overload);
-  State* s = state();
-  auto it = s->ops.find(&handle->schema());
-  if (it != s->ops.end()) {
-    it->second->trace_rows = false;
-  }
+  op_info(*handle);  // (made now if C++ has not seen the op: its later keys must agree)
+  state()->ops.at(&handle->schema())->trace_rows = false;
 }
 
 void set_launch_blocking(py::object wait) {
