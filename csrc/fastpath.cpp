@@ -63,16 +63,16 @@ struct OpInfo {
   // the others are baked into the kernel (see dispatch.MAX_BAKED_VALUES).
   std::vector<bool> dynamic;
   bool fast = true;  // false: always take the Python path (transfer ops...)
-  // Views past their box's first leading index read at a traced row
-  // (ops/row_offsets.py); off for ops whose outputs sit at an input's offset.
+  // Views at an offset read at a traced index (ops/row_offsets.py); off
+  // for ops whose outputs sit at an input's offset.
   bool trace_rows = true;
 };
 
-// A box signature's leading rows (ops/row_offsets.py::box_rows).
-struct BoxRows {
+// A box signature's layout (ops/row_offsets.py::box_layout).
+struct BoxLayout {
   bool valid = false;
-  int64_t lead = 0;  // leading size
-  int64_t per_row = 0;  // elements per leading index
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // contiguous
   c10::ScalarType dtype = c10::ScalarType::Undefined;
 };
 
@@ -133,9 +133,9 @@ struct State {
   std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> ops;
   // Shared: a hit holds its spec while it runs, whatever Python evicts.
   std::unordered_map<Key, std::shared_ptr<Spec>, KeyHash> cache;
-  // Interned box signatures (held: their identity is the key) -> their rows.
-  std::unordered_map<PyObject*, BoxRows> box_rows;
-  py::object box_rows_fn;  // row_offsets.box_rows, imported at first use
+  // Interned box signatures (held: their identity is the key) -> their layout.
+  std::unordered_map<PyObject*, BoxLayout> box_layouts;
+  py::object box_layout_fn;  // row_offsets.box_layout, imported at first use
   int64_t hits = 0;
   int64_t misses = 0;
 };
@@ -173,58 +173,90 @@ constexpr int64_t kTagBool = -5;
 constexpr int64_t kTagList = -6;
 constexpr int64_t kTagOther = -7;
 
-const BoxRows& box_rows(PyObject* sig) {
+const BoxLayout& box_layout(PyObject* sig) {
   State* s = state();
-  auto it = s->box_rows.find(sig);
-  if (it != s->box_rows.end()) {
+  auto it = s->box_layouts.find(sig);
+  if (it != s->box_layouts.end()) {
     return it->second;
   }
-  BoxRows rows;
+  BoxLayout layout;
   try {
-    if (!s->box_rows_fn) {
-      s->box_rows_fn = py::module::import("torchtpu.ops.row_offsets").attr("box_rows");
+    if (!s->box_layout_fn) {
+      s->box_layout_fn = py::module::import("torchtpu.ops.row_offsets").attr("box_layout");
     }
-    py::object r = s->box_rows_fn(py::reinterpret_borrow<py::object>(sig));
-    if (!r.is_none() && !r[py::int_(2)].is_none()) {
-      rows.valid = true;
-      rows.lead = r[py::int_(0)].cast<int64_t>();
-      rows.per_row = r[py::int_(1)].cast<int64_t>();
+    py::object r = s->box_layout_fn(py::reinterpret_borrow<py::object>(sig));
+    if (!r.is_none()) {
+      layout.valid = true;
+      layout.shape = r[py::int_(0)].cast<std::vector<int64_t>>();
+      layout.strides = r[py::int_(1)].cast<std::vector<int64_t>>();
       PyObject* dtype = py::object(r[py::int_(2)]).ptr();
       TORCH_INTERNAL_ASSERT(THPDtype_Check(dtype));
-      rows.dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+      layout.dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
     }
   } catch (py::error_already_set& e) {
     e.restore();
     rethrow_python();
   }
   Py_INCREF(sig);
-  return s->box_rows.emplace(sig, rows).first->second;
+  return s->box_layouts.emplace(sig, std::move(layout)).first->second;
 }
 
-// The rule of ops/row_offsets.py::leading_rows (keep the two identical):
-// whether a view is read at a traced row, and (row, residual, span).
-bool leading_rows(PyObject* sig, const at::Tensor& t, int64_t* row, int64_t* residual, int64_t* span) {
+// The rule of ops/row_offsets.py::traced_index (keep the two identical):
+// whether a view is read at a traced index of box dim k, and (k, index,
+// residual, span).
+struct TracedIndex {
+  int64_t dim = 0;
+  int64_t index = 0;
+  int64_t residual = 0;
+  int64_t span = 0;
+};
+
+bool traced_index(PyObject* sig, const at::Tensor& t, TracedIndex* out) {
   const int64_t offset = t.unsafeGetTensorImpl()->storage_offset();
   if (offset == 0 || sig == nullptr) {
     return false;
   }
-  const BoxRows& rows = box_rows(sig);
-  if (!rows.valid || rows.dtype != t.scalar_type() || rows.per_row == 0 || offset < rows.per_row) {
+  const BoxLayout& layout = box_layout(sig);
+  if (!layout.valid || layout.dtype != t.scalar_type()) {
     return false;
   }
   const auto sizes = t.sizes();
   const auto strides = t.strides();
-  int64_t extent = 1;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 0) {
+  for (const int64_t n : sizes) {
+    if (n == 0) {
       return false;
     }
-    extent += (sizes[d] - 1) * strides[d];
   }
-  *row = offset / rows.per_row;
-  *residual = offset % rows.per_row;
-  *span = (*residual + extent + rows.per_row - 1) / rows.per_row;
-  return *row + *span <= rows.lead;
+  const int64_t ndim = static_cast<int64_t>(layout.shape.size());
+  int64_t k = 0;
+  while (k < ndim && offset < layout.strides[k]) {
+    ++k;
+  }
+  if (k == ndim || (k == ndim - 1 && k > 0)) {
+    return false;
+  }
+  const int64_t index = offset / layout.strides[k];
+  const int64_t residual = offset % layout.strides[k];
+  const int64_t outer = k > 0 ? layout.strides[k - 1] : 0;
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) {
+      continue;
+    }
+    if (k > 0 && strides[d] >= outer) {
+      if (strides[d] % outer != 0) {
+        return false;
+      }
+    } else {
+      extent += (sizes[d] - 1) * strides[d];
+    }
+  }
+  const int64_t span = (residual + extent + layout.strides[k] - 1) / layout.strides[k];
+  if (index + span > layout.shape[k]) {
+    return false;
+  }
+  *out = TracedIndex{k, index, residual, span};
+  return true;
 }
 
 void add_tpu_tensor(Call& call, const at::Tensor& t, bool trace_rows) {
@@ -263,13 +295,12 @@ void add_tpu_tensor(Call& call, const at::Tensor& t, bool trace_rows) {
   // dtype, and the lazy conjugate/negative bits (kernels read the logical value)
   call.key.push_back(static_cast<int64_t>(t.scalar_type()) | (impl->is_conj() ? 1 << 16 : 0) |
                      (impl->is_neg() ? 1 << 17 : 0));
-  int64_t row = 0;
-  int64_t residual = 0;
-  int64_t span = 0;
-  if (trace_rows && leading_rows(call.sigs[slot], t, &row, &residual, &span)) {
-    call.key.push_back(-1 - residual);  // (negative: a static offset is >= 0)
-    call.key.push_back(span);
-    call.dyn.push_back(py::int_(row));
+  TracedIndex traced;
+  if (trace_rows && traced_index(call.sigs[slot], t, &traced)) {
+    call.key.push_back(-1 - traced.residual);  // (negative: a static offset is >= 0)
+    call.key.push_back(traced.dim);
+    call.key.push_back(traced.span);
+    call.dyn.push_back(py::int_(traced.index));
   } else {
     call.key.push_back(impl->storage_offset());
   }

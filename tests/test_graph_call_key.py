@@ -33,6 +33,7 @@ def _argument_sets():
     other = torch.randn(4, 6, device="tpu")
     tall = torch.randn(5, 6, device="tpu")
     cplx = torch.randn(4, 6, dtype=torch.complex64, device="tpu")
+    cube = torch.randn(3, 4, 5, device="tpu")
     singles = [
         base, other, base.t(), base[1:], tall[:4], tall[1:], base.view(6, 4), base.double(),
         cplx, cplx.conj(), torch._neg_view(base), torch.empty(0, device="tpu"),
@@ -41,6 +42,8 @@ def _argument_sets():
         base[2], base[3], base[1:3], base[2:4], base[2, 1:], base[3, 1:], base[1:3].t(), base[2:4].t(),
         base.view(-1)[7:12], base.view(-1)[13:18], base.view(torch.int32)[2], base[1:3, ::2], tall[3:],
         torch.arange(10, device="tpu")[3:6], torch.arange(10, device="tpu")[5:8],
+        # ... and at an index of an inner dim (x[:, t])
+        cube[:, 1], cube[:, 2], cube[:, 2, 1:], cube[1:, 2], cube[:, :, 3], cube[:, 1:3].transpose(0, 1),
     ]
     sets = [(t,) for t in singles]
     sets += [(base, base), (base, other), (base, base.t()), (other, other.t()), (base, base[1:]), (tall[:4], base)]

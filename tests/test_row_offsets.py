@@ -29,6 +29,22 @@ def test_eager_loop_over_rows_compiles_its_kernels_once():
     assert _compiles() == before
 
 
+def test_eager_loop_over_an_inner_dim_compiles_its_kernels_once():
+    # x[:, t] of a batch-first sequence: the index is traced in dim 1
+    torch.manual_seed(6)
+    x, w = torch.randn(4, 9, 8), torch.randn(8, 8)
+    out = torch.zeros(4, 9, 8)
+    xt, wt, out_t = x.to("tpu"), w.to("tpu"), out.to("tpu")
+    for t in range(2):
+        out_t[:, t] = torch.tanh(xt[:, t] @ wt)
+    before = _compiles()
+    for t in range(9):
+        out[:, t] = torch.tanh(x[:, t] @ w)
+        out_t[:, t] = torch.tanh(xt[:, t] @ wt)
+    assert _compiles() == before
+    torch.testing.assert_close(out_t.cpu(), out)
+
+
 def test_eager_writes_through_rows_match_cpu():
     torch.manual_seed(1)
     x = torch.randn(10, 4, 6)
@@ -159,7 +175,7 @@ def _random_view(rng, a):
     """A random view of `a` (4-D) starting at a random place: row slices,
     narrowing, steps, transposes, diagonals, unfold, expand, as_strided."""
     i = int(rng.integers(0, a.shape[0] - 2))
-    kind = int(rng.integers(0, 7))
+    kind = int(rng.integers(0, 10))
     if kind == 0:
         return a[i]
     if kind == 1:
@@ -172,6 +188,12 @@ def _random_view(rng, a):
         return a[i, :, 0].unfold(-1, 2, 1)
     if kind == 5:
         return a[i, 2, :, :1].expand(-1, 3)
+    if kind == 7:  # inner dims: a[:, t] (the dims before it crossed whole)
+        return a[:, i % 4]
+    if kind == 8:
+        return a[1:, i % 4, 1:, ::2].transpose(0, 2)
+    if kind == 9:
+        return a[:, :, i % 5, 2:]
     n = a[0].numel()
     return a.as_strided((3, 2), (2, 5), i * n + int(rng.integers(0, n)))
 

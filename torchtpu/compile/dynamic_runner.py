@@ -341,7 +341,7 @@ class DynamicCalls:
                 else:
                     out_masks.append(None)
             exe.first_write = len(results)
-            results.extend(storages.written(args, call, arrays, (), mutations, exe.written_slots, exe.written_back))  # (no traced rows)
+            results.extend(storages.written(args, call, arrays, (), mutations, exe.written_slots, exe.written_back))  # (no traced view indices)
             results.extend(mutations[index] for index in exe.written_back)
             if graph.checks:
                 table[:] = [(message, error, op) for _, _, message, error, op in graph.checks]

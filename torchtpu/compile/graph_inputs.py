@@ -16,7 +16,7 @@ def tensor_key(call, t, trace_rows=False):
     """A tensor argument's part of the signature.  A CPU tensor that is not
     a scalar (a model's plain tensor attribute: class weights moved with
     `.to(x.device)`) is a host input, sent with each call.  `trace_rows`:
-    a tpu view is read at a traced row (ops/row_offsets.py)."""
+    a tpu view is read at a traced index (ops/row_offsets.py)."""
     if t.is_cpu and t.dim() > 0:
         call.dyn.append(torch_to_numpy(t.detach()).copy())  # (the values at the call, not later ones)
         return ("cpu", t.dtype, tuple(t.shape))

@@ -10,9 +10,9 @@ forward and backward graphs once per batch, and a generation loop passing
 token -- once per token.  Once a position has shown two geometries for the
 same shape and dtype:
 
-- if the view can be read at a traced row (ops/row_offsets.py: it lies
-  past its box's first leading index), it is from then on, and the graph
-  compiles once more for all rows;
+- if the view can be read at a traced index (ops/row_offsets.py: `X[i]`,
+  `x[:, t]`), it is from then on, and the graph compiles once more for all
+  offsets;
 - else, if the graph neither writes it nor returns it or a view of it (those
   must stay the caller's tensor), it is copied into a compact tensor of its
   own before each call (a small eager copy; the graph is then compiled once).
@@ -39,21 +39,21 @@ def _geometry(t):
     return (t.stride(), t.storage_offset(), t.untyped_storage().nbytes())
 
 
-def _at_traceable_row(t):
+def _at_traceable_index(t):
     address, _, sizes, strides, offset, _ = _C._tensor_info(t)
     entry = boxes.get(address) if address else None
     sig = entry[1] if entry is not None else None
-    return row_offsets.leading_rows(sig, t.dtype, sizes, strides, offset) is not None
+    return row_offsets.traced_index(sig, t.dtype, sizes, strides, offset) is not None
 
 
 class ChurningViews:
-    """Per compiled graph: the input positions read at traced rows, and those
-    copied compact."""
+    """Per compiled graph: the input positions read at a traced index
+    (row_offsets.py), and those copied compact."""
 
     def __init__(self, graph, out_nodes):
         self.graph = graph
         self.out_nodes = out_nodes
-        self.rows = set()  # read at a traced row where the view allows
+        self.rows = set()  # read at a traced index where the view allows
         self.positions = set()  # copied compact at every call
         self.seen = {}  # position -> {(dtype, shape): geometry}, at the calls that compiled
         self._eligible = None
@@ -70,7 +70,7 @@ class ChurningViews:
     def note_compile(self, args, name, trace_rows=True):
         """Before compiling for `args`: True if an input turned out to churn
         (a view already seen with the same shape and dtype in another
-        geometry) -- the call is then retried with it read at a traced row
+        geometry) -- the call is then retried with it read at a traced index
         (where the runner reads rows: `trace_rows`) or copied compact."""
         traced, copied = [], []
         eligible = self.eligible()
@@ -83,13 +83,13 @@ class ChurningViews:
             before = self.seen.setdefault(i, {}).setdefault(shape, geometry)
             if before == geometry:
                 continue
-            if trace_rows and _at_traceable_row(a):
+            if trace_rows and _at_traceable_index(a):
                 traced.append(i)
             elif i in eligible:
                 copied.append(i)
         if traced:
             log.info("torchtpu.compile: %s: inputs %s are views at offsets that change between calls "
-                     "(e.g. X[i] in a loop); read at a traced row from now on instead of compiling per "
+                     "(e.g. X[i] in a loop); read at a traced index from now on instead of compiling per "
                      "offset", name, traced)
             self.rows.update(traced)
         if copied:

@@ -287,7 +287,7 @@ class CompiledGraph(DynamicCalls):
     def _readers(self, args, call, skip=()):
         """Per argument, a function (input arrays, traced values) -> its
         value in the graph.  The traced values: each CPU tensor's value and
-        each traced row (in argument order, as keying appended them), then
+        each traced view index (in argument order, as keying appended them), then
         each generator's draw (4 words)."""
         readers = []
         dyn_index = 0
@@ -309,9 +309,9 @@ class CompiledGraph(DynamicCalls):
                 slot = call.slot_of[address]
                 dtype = to_jax(a.dtype)
                 if id(a) in call.rows:
-                    _, residual, span = call.rows[id(a)]
-                    readers.append(lambda arrays, dyn, slot=slot, k=dyn_index, g=(span, sizes, strides, residual, dtype):
-                                   row_offsets.read_rows(arrays[slot], dyn[k], *g))
+                    _, dim, residual, span = call.rows[id(a)]
+                    readers.append(lambda arrays, dyn, slot=slot, k=dyn_index, g=(span, sizes, strides, residual, dtype),
+                                   dim=dim: row_offsets.read_at(arrays[slot], dim, dyn[k], *g))
                     dyn_index += 1
                     continue
                 readers.append(

@@ -26,17 +26,17 @@ class FastCall:
 def written(args, call, arrays, dyn, mutations, written_slots, host_writes):
     """Inside the executable: the new contents of each written storage, each
     new value written through its input's view into the storage's array
-    (at its traced row, `dyn[k]`, for a view read at one)."""
+    (at its traced index, for a view read at one)."""
     slots = dict(arrays)
     for index, value in mutations.items():
         if index in host_writes:
             continue
         address, nbytes, sizes, strides, offset, _ = call.infos[id(args[index])]
         slot = call.slot_of[address]
-        rows = call.rows.get(id(args[index]))
-        if rows is not None:
-            k, residual, span = rows
-            slots[slot] = row_offsets.write_rows(slots[slot], dyn[k], span, sizes, strides, residual, value)
+        traced = call.rows.get(id(args[index]))
+        if traced is not None:
+            position, dim, residual, span = traced
+            slots[slot] = row_offsets.write_at(slots[slot], dim, dyn[position], span, sizes, strides, residual, value)
         else:
             slots[slot] = plans.write_view(slots.get(slot), nbytes, sizes, strides, offset, value)
     return [slots[s] for s in written_slots]

@@ -101,7 +101,7 @@ class Call:
         self.entries = []  # slot -> box entry (array, sig) or None
         self.dyn = []  # traced non-array inputs, in argument order
         self.infos = {}  # id(tensor) -> _tensor_info
-        self.rows = {}  # id(tensor) -> (dyn index of its row, residual, span): read at a traced row (row_offsets.py)
+        self.rows = {}  # id(tensor) -> (dyn position of its index, dim, residual, span): read at a traced index (row_offsets.py)
         self.device = None
         self.requested = None  # device= argument of a factory
         self.generator = None
@@ -115,9 +115,9 @@ class Call:
         return (float, v.hex()) if type(v) is float else (type(v), v)  # hex: -0.0, nan
 
     def tensor_key(self, t, trace_rows=False):
-        """A tensor's part of the key.  `trace_rows`: a view past its box's
-        first leading index is keyed by its place within the rows it
-        touches, its row passed traced (row_offsets.py)."""
+        """A tensor's part of the key.  `trace_rows`: a view at an offset is
+        keyed by its place within the slice of its box it touches, the
+        slice's start passed traced (row_offsets.py)."""
         if t.is_cpu:
             if t.dim() != 0:
                 raise device_mismatch(f"tpu:{self.device or 0}", "cpu")
@@ -141,12 +141,12 @@ class Call:
         entry = self.entries[slot]
         sig = entry[1] if entry is not None else None
         bits = _math_bits(t)
-        rows = row_offsets.leading_rows(sig, t.dtype, sizes, strides, offset) if trace_rows else None
-        if rows is not None:
-            row, residual, span = rows
-            self.rows[id(t)] = (len(self.dyn), residual, span)
-            self.dyn.append(row)
-            offset = ("rows", residual, span)
+        traced = row_offsets.traced_index(sig, t.dtype, sizes, strides, offset) if trace_rows else None
+        if traced is not None:
+            k, index, residual, span = traced
+            self.rows[id(t)] = (len(self.dyn), k, residual, span)
+            self.dyn.append(index)
+            offset = ("at", k, residual, span)
         return (sizes, strides, offset, t.dtype, slot, sig, nbytes, bits)
 
     def key(self, sch, entry, values):
@@ -645,10 +645,11 @@ def _build(entry, values, call, key):
             sizes, strides, offset = _geometry(m)
             if target[0] == "fresh" or target[0] == "resized":
                 fresh_out.append(plans.write_view(None, target[2], sizes, strides, offset, value))
-            elif target[3] is not None:  # a view at a traced row
-                k, residual, span = target[3]
+            elif target[3] is not None:  # a view at a traced index
+                position, dim, residual, span = target[3]
                 slot = target[1]
-                slots[slot] = row_offsets.write_rows(slots[slot], dyn[k], span, sizes, strides, residual, value)
+                slots[slot] = row_offsets.write_at(
+                    slots[slot], dim, dyn[position], span, sizes, strides, residual, value)
             else:
                 slot = target[1]
                 slots[slot] = plans.write_view(slots.get(slot), target[2], sizes, strides, offset, value)
@@ -794,10 +795,11 @@ def _readers(entry, values, call):
         dtype = to_jax(t.dtype)
         bits = _math_bits(t)
         if id(t) in call.rows:
-            k = dyn_index[0]  # (its row was appended to dyn while keying, in argument order)
+            position = dyn_index[0]  # (its index was appended to dyn while keying, in argument order)
             dyn_index[0] += 1
-            _, residual, span = call.rows[id(t)]
-            read = lambda arrays, dyn: row_offsets.read_rows(arrays[slot], dyn[k], span, sizes, strides, residual, dtype)
+            _, dim, residual, span = call.rows[id(t)]
+            read = lambda arrays, dyn: row_offsets.read_at(
+                arrays[slot], dim, dyn[position], span, sizes, strides, residual, dtype)
         else:
             read = lambda arrays, dyn: plans.read_view(arrays.get(slot), sizes, strides, offset, dtype)
         if bits:

@@ -1,29 +1,30 @@
 """Views whose storage offset is a kernel input, not part of its key.
 
 A loop over the rows of a device tensor (`model(X[i])`, `out[t] = f(x[t])`,
-`Y[i:i+bs]`) meets a new storage offset at every step.  A read plan with the
-offset baked in (plans.read_view) compiles a kernel per step, and under
-torch.compile the whole graph.  Instead, a view lying at or past the box's
-second leading index is read as a `dynamic_slice` of whole leading rows of
-the box, taken at a traced row, followed by the static plan for the view
-inside those rows:
+`Y[i:i+bs]`, `x[:, t]`) meets a new storage offset at every step.  A read
+plan with the offset baked in (plans.read_view) compiles a kernel per step,
+and under torch.compile the whole graph.  Instead such a view is read as a
+`dynamic_slice` of the box along one dim k, at a traced index, followed by
+the static plan for the view inside that slice:
 
-    offset = row * per_row + residual      (per_row: elements per leading index)
-    span   = leading indices the view touches from `row` on
+    k        the outermost box dim at which the offset is non-zero
+    offset = index * box_stride[k] + residual   (residual < box_stride[k])
+    span     indices of dim k the view touches from `index` on
 
-The key holds (residual, span) instead of the offset, and `row` is passed
-with each call, so X[1], X[2], ... share one kernel (X[0], at offset 0, keeps
-the static plan).  The eager keys (ops/dispatch.py, csrc/fastpath.cpp) and
-the compiled graphs' (compile/runner.py) apply the same rule, `leading_rows`;
-the C++ copy of it must stay identical.
+The dims before k the view may cross whole (`x[:, t]` of a (B, T, D) box:
+k = 1); the view's strides over them are rescaled to the slice's.  The key
+holds (k, residual, span) instead of the offset, and `index` is passed with
+each call, so X[1], X[2], ... share one kernel (X[0], at offset 0, keeps the
+static plan).  The eager keys (ops/dispatch.py, csrc/fastpath.cpp) and the
+compiled graphs' (compile/runner.py) apply the same rule, `traced_index`;
+the C++ copy of it must stay identical (tests/test_graph_call_key.py).
 
 Only views of the box's own dtype qualify (no bitcast between the slice and
-the plan), and only when the rows fit in the box (ATen guarantees they fit in
-the storage; a box always covers its storage, checked anyway).
+the plan); not along the minor dim of a box of several dims (a traced start
+there costs a relayout on TPU, and `qkv[..., d:2d]` has few offsets).
 """
 
 import functools
-import math
 
 import jax.numpy as jnp
 from jax import lax
@@ -33,43 +34,63 @@ from . import plans
 
 
 @functools.lru_cache(maxsize=None)
-def box_rows(sig):
-    """(leading size, elements per leading index, torch dtype) of a box
-    signature (shape, dtype); None for a box that has no leading rows."""
+def box_layout(sig):
+    """(shape, contiguous strides, torch dtype) of a box signature (shape,
+    dtype); None for a box whose views never take a traced index."""
     shape, dtype = sig
-    if len(shape) == 0:
+    torch_dtype = JAX_TO_TORCH.get(jnp.dtype(dtype))
+    if len(shape) == 0 or 0 in shape or torch_dtype is None:
         return None
-    return shape[0], math.prod(shape[1:]), JAX_TO_TORCH.get(jnp.dtype(dtype))
+    return tuple(shape), plans.contiguous_strides(shape), torch_dtype
 
 
-def leading_rows(sig, dtype, sizes, strides, offset):
-    """(row, residual, span) for a view read with a traced row, or None
-    when its offset stays in the key."""
+def traced_index(sig, dtype, sizes, strides, offset):
+    """(k, index, residual, span) for a view read at a traced index of box
+    dim k, or None when its offset stays in the key."""
     if offset == 0 or sig is None:
         return None
-    rows = box_rows(sig)
-    if rows is None:
+    layout = box_layout(sig)
+    if layout is None or layout[2] != dtype or 0 in sizes:
         return None
-    lead, per_row, box_dtype = rows
-    if box_dtype != dtype or per_row == 0 or offset < per_row or 0 in sizes:
+    shape, box_strides, _ = layout
+    k = next((j for j, s in enumerate(box_strides) if offset >= s), None)
+    if k is None or (k == len(shape) - 1 and k > 0):
         return None
-    extent = 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
-    row, residual = divmod(offset, per_row)
-    span = -(-(residual + extent) // per_row)
-    if row + span > lead:
+    index, residual = divmod(offset, box_strides[k])
+    outer = box_strides[k - 1] if k > 0 else None
+    extent = 1  # of the view's dims inside dim k
+    for n, s in zip(sizes, strides):
+        if n == 1:
+            continue
+        if outer is not None and s >= outer:
+            if s % outer:
+                return None
+        else:
+            extent += (n - 1) * s
+    span = -(-(residual + extent) // box_strides[k])
+    if index + span > shape[k]:
         return None
-    return row, residual, span
+    return k, index, residual, span
 
 
-def read_rows(x, row, span, sizes, strides, residual, dtype):
-    """The view's value, read from rows [row, row + span) of box `x`."""
-    rows = lax.dynamic_slice_in_dim(x, row, span, axis=0)
-    return plans.read_view(rows, sizes, strides, residual, dtype)
+def _slice_strides(box_shape, k, span, sizes, strides):
+    """The view's strides inside the box sliced to `span` along dim k."""
+    if k == 0:
+        return strides
+    box_strides = plans.contiguous_strides(box_shape)
+    outer, sliced = box_strides[k - 1], span * box_strides[k]
+    return tuple(s // outer * sliced if n != 1 and s >= outer else s for n, s in zip(sizes, strides))
 
 
-def write_rows(x, row, span, sizes, strides, residual, value):
-    """Box `x` after writing `value` through the view in rows [row, row + span)."""
-    rows = lax.dynamic_slice_in_dim(x, row, span, axis=0)
-    nbytes = rows.size * rows.dtype.itemsize
-    rows = plans.write_view(rows, nbytes, sizes, strides, residual, value)
-    return lax.dynamic_update_slice_in_dim(x, rows, row, axis=0)
+def read_at(x, k, index, span, sizes, strides, residual, dtype):
+    """The view's value, read from indices [index, index + span) of dim k of box `x`."""
+    part = lax.dynamic_slice_in_dim(x, index, span, axis=k)
+    return plans.read_view(part, sizes, _slice_strides(x.shape, k, span, sizes, strides), residual, dtype)
+
+
+def write_at(x, k, index, span, sizes, strides, residual, value):
+    """Box `x` after writing `value` through the view in indices [index, index + span) of dim k."""
+    part = lax.dynamic_slice_in_dim(x, index, span, axis=k)
+    nbytes = part.size * part.dtype.itemsize
+    part = plans.write_view(part, nbytes, sizes, _slice_strides(x.shape, k, span, sizes, strides), residual, value)
+    return lax.dynamic_update_slice_in_dim(x, part, index, axis=k)

@@ -28,15 +28,15 @@ def materialize(t: torch.Tensor):
         if sig == (sizes, dtype) and offset == 0 and plans.is_contiguous(sizes, strides):
             return array
     sig = None if entry is None else entry[1]
-    rows = row_offsets.leading_rows(sig, t.dtype, sizes, strides, offset)
-    if rows is not None:  # (`losses[i].item()` in a loop: one read kernel for all rows)
-        row, residual, span = rows
-        key = (sizes, strides, ("rows", residual, span), dtype, sig, device)
+    traced = row_offsets.traced_index(sig, t.dtype, sizes, strides, offset)
+    if traced is not None:  # (`losses[i].item()` in a loop: one read kernel for all rows)
+        dim, index, residual, span = traced
+        key = (sizes, strides, ("at", dim, residual, span), dtype, sig, device)
         fn = _read_kernels.get(key)
         if fn is None:
             fn = _read_kernels[key] = jax.jit(
-                lambda x, row: row_offsets.read_rows(x, row, span, sizes, strides, residual, dtype))
-        return fn(entry[0], row)
+                lambda x, index: row_offsets.read_at(x, dim, index, span, sizes, strides, residual, dtype))
+        return fn(entry[0], index)
     key = (sizes, strides, offset, dtype, sig, device)
     fn = _read_kernels.get(key)
     if fn is None:
