@@ -5,6 +5,8 @@ and a second pass cost, and how many kernels or graphs they compile.
 
 - eager: `torch.tanh(X[i] @ W + b).sum()` for each row block X[i] (32x64),
   one host read per row at the end of the pass;
+- eager, batch-first steps: `out[:, t] = torch.tanh(S[:, t] @ W)` for each
+  step t of a (32, rows, 64) sequence (an inner dim);
 - `.item()`: `x[i, 3, 5].item()` for each row;
 - compiled training: an MLP under torch.compile(backend="tpu") trained on
   batches sliced from device tensors (`model(X[i])`, `mse_loss(.., Y[i])`),
@@ -29,6 +31,12 @@ from torchtpu.ops import dispatch  # noqa: E402
 def eager_pass(x, w, b):
     outs = [torch.tanh(x[i] @ w + b).sum() for i in range(x.shape[0])]
     return torch.stack(outs).sum().item()
+
+
+def step_pass(s, w, out):
+    for t in range(s.shape[1]):
+        out[:, t] = torch.tanh(s[:, t] @ w)
+    return out.sum().item()
 
 
 def item_pass(x):
@@ -58,12 +66,14 @@ def main():
     n = parser.parse_args().rows
     torch.manual_seed(0)
     data = {"x": torch.randn(n, 32, 64), "w": torch.randn(64, 64) / 8, "b": torch.randn(64),
-            "y": torch.randn(n, 32, 4)}
+            "y": torch.randn(n, 32, 4), "s": torch.randn(32, n, 64)}
     print(f"{n} rows; ms per pass over all rows (kernels / graphs compiled in the pass)\n")
     print("| loop | pass | torchtpu (ms) | compiled | torch CPU (ms) |")
     print("|---|---|---:|---:|---:|")
     for name, make in (
         ("eager `tanh(X[i] @ W + b).sum()`", lambda d, dev: (eager_pass, d["x"].to(dev), d["w"].to(dev), d["b"].to(dev))),
+        ("eager `out[:, t] = tanh(S[:, t] @ W)`",
+         lambda d, dev: (step_pass, d["s"].to(dev), d["w"].to(dev), torch.zeros(32, n, 64, device=dev))),
         ("`x[i, 3, 5].item()`", lambda d, dev: (item_pass, d["x"].to(dev))),
         ("compiled MLP training on `X[i]`", make_training),
     ):
