@@ -65,7 +65,7 @@ struct OpInfo {
   bool fast = true;  // false: always take the Python path (transfer ops...)
   // Views at an offset read at a traced index (ops/row_offsets.py); off
   // for ops whose outputs sit at an input's offset.
-  bool trace_rows = true;
+  bool trace_offsets = true;
 };
 
 // A box signature's layout (ops/row_offsets.py::box_layout).
@@ -259,7 +259,7 @@ bool traced_index(PyObject* sig, const at::Tensor& t, TracedIndex* out) {
   return true;
 }
 
-void add_tpu_tensor(Call& call, const at::Tensor& t, bool trace_rows) {
+void add_tpu_tensor(Call& call, const at::Tensor& t, bool trace_offsets) {
   auto* impl = t.unsafeGetTensorImpl();
   const int device = t.device().index();
   if (call.device < 0) {
@@ -296,7 +296,7 @@ void add_tpu_tensor(Call& call, const at::Tensor& t, bool trace_rows) {
   call.key.push_back(static_cast<int64_t>(t.scalar_type()) | (impl->is_conj() ? 1 << 16 : 0) |
                      (impl->is_neg() ? 1 << 17 : 0));
   TracedIndex traced;
-  if (trace_rows && traced_index(call.sigs[slot], t, &traced)) {
+  if (trace_offsets && traced_index(call.sigs[slot], t, &traced)) {
     call.key.push_back(-1 - traced.residual);  // (negative: a static offset is >= 0)
     call.key.push_back(traced.dim);
     call.key.push_back(traced.span);
@@ -342,7 +342,7 @@ void add_scalar(Call& call, const c10::IValue& v, bool dynamic) {
   }
 }
 
-void add_tensor_arg(Call& call, const c10::IValue& v, bool trace_rows, bool dynamic = false) {
+void add_tensor_arg(Call& call, const c10::IValue& v, bool trace_offsets, bool dynamic = false) {
   if (v.isNone()) {
     call.key.push_back(kTagNone);
     return;
@@ -355,7 +355,7 @@ void add_tensor_arg(Call& call, const c10::IValue& v, bool trace_rows, bool dyna
   if (!t.defined()) {
     call.key.push_back(kTagNone);
   } else if (t.device().type() == kTpu) {
-    add_tpu_tensor(call, t, trace_rows);
+    add_tpu_tensor(call, t, trace_offsets);
   } else if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
     // `x + 2`: Python kernels see the number, so a Scalar.
     add_scalar(call, c10::IValue(t.item()), dynamic);
@@ -434,14 +434,14 @@ void add_argument(Call& call, const OpInfo& info, size_t i, const c10::IValue& v
   switch (info.kinds[i]) {
     case kTensor:
     case kOptTensor:
-      add_tensor_arg(call, v, info.trace_rows, info.dynamic[i]);
+      add_tensor_arg(call, v, info.trace_offsets, info.dynamic[i]);
       break;
     case kTensorList:
     case kOptTensorList:
       if (v.isNone()) {
         call.key.push_back(kTagNone);
       } else {
-        add_list(call, v, [&](const c10::IValue& item) { add_tensor_arg(call, item, info.trace_rows); });
+        add_list(call, v, [&](const c10::IValue& item) { add_tensor_arg(call, item, info.trace_offsets); });
       }
       break;
     case kScalar:
@@ -882,7 +882,7 @@ void set_static_offsets(const std::string& name, const std::string& overload) {
   const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   TORCH_CHECK(handle.has_value(), "torchtpu: unknown op ", name, ".", overload);
   op_info(*handle);  // (made now if C++ has not seen the op: its later keys must agree)
-  state()->ops.at(&handle->schema())->trace_rows = false;
+  state()->ops.at(&handle->schema())->trace_offsets = false;
 }
 
 void set_launch_blocking(py::object wait) {
@@ -894,13 +894,13 @@ void set_launch_blocking(py::object wait) {
 // tensor: geometry, dtype, storage slot, box signature): (key bytes, box
 // entry per slot, address per slot, device), or None for anything else (a
 // CPU scalar, a number, two devices), which the Python path keys.
-py::object graph_call_key(const py::tuple& args, const py::object& traced_rows) {
+py::object graph_call_key(const py::tuple& args, const py::object& traced_positions) {
   State* s = state();
   TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
   drain_boxes();
   Call call;
   call.key.reserve(16 * args.size());
-  const bool any_traced = !traced_rows.is_none();
+  const bool any_traced = !traced_positions.is_none();
   for (size_t i = 0; i < args.size(); ++i) {
     const py::handle arg = PyTuple_GET_ITEM(args.ptr(), static_cast<Py_ssize_t>(i));
     if (!THPVariable_Check(arg.ptr())) {
@@ -910,7 +910,7 @@ py::object graph_call_key(const py::tuple& args, const py::object& traced_rows) 
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) {
       return py::none();
     }
-    const bool trace = any_traced && PySequence_Contains(traced_rows.ptr(), py::int_(i).ptr()) == 1;
+    const bool trace = any_traced && PySequence_Contains(traced_positions.ptr(), py::int_(i).ptr()) == 1;
     add_tpu_tensor(call, t, trace);
     if (!call.fast) {
       return py::none();

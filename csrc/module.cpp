@@ -32,7 +32,7 @@ void set_dynamic_scalar(const std::string& name, const std::string& overload, in
 void set_launch_blocking(py::object wait);
 void clear_fastpath_cache();
 void forget_kernels(const py::list& executables);
-py::object graph_call_key(const py::tuple& args, const py::object& traced_rows);
+py::object graph_call_key(const py::tuple& args, const py::object& traced_positions);
 void set_static_offsets(const std::string& name, const std::string& overload);
 py::list bind_fresh(const py::list& specs, int device, const py::tuple& results, const py::list& sigs);
 
@@ -113,10 +113,10 @@ PYBIND11_MODULE(_C, m) {
       "_graph_call_key",
       &graph_call_key,
       py::arg("args"),
-      py::arg("traced_rows") = py::none(),
+      py::arg("traced_positions") = py::none(),
       "A compiled graph's call of tpu tensors keyed in C++ (fastpath.cpp), "
-      "the arguments at positions in `traced_rows` read at traced rows: "
-      "(key bytes, box entries, addresses, device, traced rows) or None.");
+      "the arguments at positions in `traced_positions` read at a traced index: "
+      "(key bytes, box entries, addresses, device, traced indices) or None.");
   m.def(
       "_bind_fresh",
       &bind_fresh,

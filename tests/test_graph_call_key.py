@@ -14,14 +14,14 @@ from torchtpu import _C
 from torchtpu.ops.dispatch import Call
 
 
-def _python_key(args, trace_rows=False):
+def _python_key(args, trace_offsets=False):
     call = Call()
-    parts = tuple(call.tensor_key(a, trace_rows) for a in args)
+    parts = tuple(call.tensor_key(a, trace_offsets) for a in args)
     return parts, call.device, tuple(call.dyn)
 
 
-def _fast_key(args, trace_rows=False):
-    found = _C._graph_call_key(tuple(args), tuple(range(len(args))) if trace_rows else None)
+def _fast_key(args, trace_offsets=False):
+    found = _C._graph_call_key(tuple(args), tuple(range(len(args))) if trace_offsets else None)
     assert found is not None
     key, entries, addresses, device, rows = found
     assert len(entries) == len(addresses)
@@ -50,11 +50,11 @@ def _argument_sets():
     return sets
 
 
-@pytest.mark.parametrize("trace_rows", [False, True])
-def test_fast_key_separates_calls_exactly_like_the_python_key(trace_rows):
+@pytest.mark.parametrize("trace_offsets", [False, True])
+def test_fast_key_separates_calls_exactly_like_the_python_key(trace_offsets):
     sets = _argument_sets()
-    python = [_python_key(s, trace_rows) for s in sets]
-    fast = [_fast_key(s, trace_rows) for s in sets]
+    python = [_python_key(s, trace_offsets) for s in sets]
+    fast = [_fast_key(s, trace_offsets) for s in sets]
     for i, j in itertools.combinations(range(len(sets)), 2):
         assert (python[i][:2] == python[j][:2]) == (fast[i][:2] == fast[j][:2]), (i, j)
     for p, f in zip(python, fast):
@@ -63,7 +63,7 @@ def test_fast_key_separates_calls_exactly_like_the_python_key(trace_rows):
     assert len(set(fast)) > len(sets) // 2
     # traced rows make row views alike (base[2] ~ base[3]); static keys tell them apart
     i, j = [k for k, s in enumerate(sets) if len(s) == 1 and s[0].shape == (6,) and s[0].stride() == (1,)][:2]
-    assert (fast[i][0] == fast[j][0]) == trace_rows
+    assert (fast[i][0] == fast[j][0]) == trace_offsets
 
 
 def test_fast_key_declines_what_only_python_keys():

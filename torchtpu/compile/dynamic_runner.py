@@ -186,7 +186,7 @@ class DynamicCalls:
             key += [tensor_key(call, args[i]) for i in inputs.static_tensors]
             call.dyn.extend(draws)  # (after the CPU scalars: see _readers)
             key, exe = self._lookup(key, call)
-        if exe is None and self.churning.note_compile(args, self.name, trace_rows=False):
+        if exe is None and self.churning.note_compile(args, self.name, trace_offsets=False):
             del call, padded
             self.stats.requests -= 1  # (the retry counts the call)
             return self._call_dynamic(self.churning.compact(args), draws)

@@ -12,15 +12,15 @@ from ..ops.dispatch import static_key
 from ..runtime.dtypes import torch_to_numpy
 
 
-def tensor_key(call, t, trace_rows=False):
+def tensor_key(call, t, trace_offsets=False):
     """A tensor argument's part of the signature.  A CPU tensor that is not
     a scalar (a model's plain tensor attribute: class weights moved with
-    `.to(x.device)`) is a host input, sent with each call.  `trace_rows`:
+    `.to(x.device)`) is a host input, sent with each call.  `trace_offsets`:
     a tpu view is read at a traced index (ops/row_offsets.py)."""
     if t.is_cpu and t.dim() > 0:
         call.dyn.append(torch_to_numpy(t.detach()).copy())  # (the values at the call, not later ones)
         return ("cpu", t.dtype, tuple(t.shape))
-    return call.tensor_key(t, trace_rows)
+    return call.tensor_key(t, trace_offsets)
 
 
 def rng_words(seed, offset):

@@ -53,7 +53,7 @@ class ChurningViews:
     def __init__(self, graph, out_nodes):
         self.graph = graph
         self.out_nodes = out_nodes
-        self.rows = set()  # read at a traced index where the view allows
+        self.traced = set()  # read at a traced index where the view allows
         self.positions = set()  # copied compact at every call
         self.seen = {}  # position -> {(dtype, shape): geometry}, at the calls that compiled
         self._eligible = None
@@ -67,15 +67,15 @@ class ChurningViews:
                 args[i] = a.clone(memory_format=torch.contiguous_format)
         return tuple(args)
 
-    def note_compile(self, args, name, trace_rows=True):
+    def note_compile(self, args, name, trace_offsets=True):
         """Before compiling for `args`: True if an input turned out to churn
         (a view already seen with the same shape and dtype in another
         geometry) -- the call is then retried with it read at a traced index
-        (where the runner reads rows: `trace_rows`) or copied compact."""
+        (where the runner reads them so: `trace_offsets`) or copied compact."""
         traced, copied = [], []
         eligible = self.eligible()
         for i, a in enumerate(args):
-            if i in self.rows or i in self.positions:
+            if i in self.traced or i in self.positions:
                 continue
             if not isinstance(a, torch.Tensor) or a.device.type != "tpu" or _owns_its_storage(a):
                 continue
@@ -83,7 +83,7 @@ class ChurningViews:
             before = self.seen.setdefault(i, {}).setdefault(shape, geometry)
             if before == geometry:
                 continue
-            if trace_rows and _at_traceable_index(a):
+            if trace_offsets and _at_traceable_index(a):
                 traced.append(i)
             elif i in eligible:
                 copied.append(i)
@@ -91,7 +91,7 @@ class ChurningViews:
             log.info("torchtpu.compile: %s: inputs %s are views at offsets that change between calls "
                      "(e.g. X[i] in a loop); read at a traced index from now on instead of compiling per "
                      "offset", name, traced)
-            self.rows.update(traced)
+            self.traced.update(traced)
         if copied:
             log.info("torchtpu.compile: %s: inputs %s are views of storages that change between calls "
                      "(e.g. x[:, -1:] of a growing tensor); copied compact from now on instead of "

@@ -65,8 +65,8 @@ class CompiledGraph(DynamicCalls):
         # Steady state: every argument a tpu tensor, keyed in C++ (a
         # training step's graphs take dozens of them; keying them in
         # Python cost ~10 us each).
-        traced_rows = self.churning.rows
-        fast = _C._graph_call_key(args, traced_rows or None)
+        traced = self.churning.traced
+        fast = _C._graph_call_key(args, traced or None)
         if fast is not None:
             fast_key = (fast[0], fast[3], matmul_precision(), torch.get_default_dtype())
             exe = self.by_fast_key.get(fast_key)
@@ -79,7 +79,7 @@ class CompiledGraph(DynamicCalls):
         key = [matmul_precision(), torch.get_default_dtype()]
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
-                key.append(tensor_key(call, a, i in traced_rows))
+                key.append(tensor_key(call, a, i in traced))
             else:
                 key.append(argument_key(a))
         call.dyn.extend(generator_draws(args))  # (after the CPU scalars: see _readers)
@@ -291,7 +291,7 @@ class CompiledGraph(DynamicCalls):
         each generator's draw (4 words)."""
         readers = []
         dyn_index = 0
-        draw_index = sum(isinstance(a, torch.Tensor) and (a.is_cpu or id(a) in call.rows)
+        draw_index = sum(isinstance(a, torch.Tensor) and (a.is_cpu or id(a) in call.traced_views)
                          for i, a in enumerate(args) if i not in skip)
         for i, a in enumerate(args):
             if i in skip:
@@ -308,8 +308,8 @@ class CompiledGraph(DynamicCalls):
                 address, nbytes, sizes, strides, offset, _ = call.infos[id(a)]
                 slot = call.slot_of[address]
                 dtype = to_jax(a.dtype)
-                if id(a) in call.rows:
-                    _, dim, residual, span = call.rows[id(a)]
+                if id(a) in call.traced_views:
+                    _, dim, residual, span = call.traced_views[id(a)]
                     readers.append(lambda arrays, dyn, slot=slot, k=dyn_index, g=(span, sizes, strides, residual, dtype),
                                    dim=dim: row_offsets.read_at(arrays[slot], dim, dyn[k], *g))
                     dyn_index += 1

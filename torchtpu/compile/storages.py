@@ -33,7 +33,7 @@ def written(args, call, arrays, dyn, mutations, written_slots, host_writes):
             continue
         address, nbytes, sizes, strides, offset, _ = call.infos[id(args[index])]
         slot = call.slot_of[address]
-        traced = call.rows.get(id(args[index]))
+        traced = call.traced_views.get(id(args[index]))
         if traced is not None:
             position, dim, residual, span = traced
             slots[slot] = row_offsets.write_at(slots[slot], dim, dyn[position], span, sizes, strides, residual, value)

@@ -93,7 +93,7 @@ def device_mismatch(a, b):
 class Call:
     """Runtime data gathered while building the key of one call."""
 
-    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "rows", "device", "requested", "generator")
+    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "traced_views", "device", "requested", "generator")
 
     def __init__(self):
         self.addresses = []  # slot -> storage address
@@ -101,7 +101,7 @@ class Call:
         self.entries = []  # slot -> box entry (array, sig) or None
         self.dyn = []  # traced non-array inputs, in argument order
         self.infos = {}  # id(tensor) -> _tensor_info
-        self.rows = {}  # id(tensor) -> (dyn position of its index, dim, residual, span): read at a traced index (row_offsets.py)
+        self.traced_views = {}  # id(tensor) -> (dyn position of its index, dim, residual, span): read at a traced index (row_offsets.py)
         self.device = None
         self.requested = None  # device= argument of a factory
         self.generator = None
@@ -114,8 +114,8 @@ class Call:
             return type(v)
         return (float, v.hex()) if type(v) is float else (type(v), v)  # hex: -0.0, nan
 
-    def tensor_key(self, t, trace_rows=False):
-        """A tensor's part of the key.  `trace_rows`: a view at an offset is
+    def tensor_key(self, t, trace_offsets=False):
+        """A tensor's part of the key.  `trace_offsets`: a view at an offset is
         keyed by its place within the slice of its box it touches, the
         slice's start passed traced (row_offsets.py)."""
         if t.is_cpu:
@@ -141,17 +141,17 @@ class Call:
         entry = self.entries[slot]
         sig = entry[1] if entry is not None else None
         bits = _math_bits(t)
-        traced = row_offsets.traced_index(sig, t.dtype, sizes, strides, offset) if trace_rows else None
+        traced = row_offsets.traced_index(sig, t.dtype, sizes, strides, offset) if trace_offsets else None
         if traced is not None:
             k, index, residual, span = traced
-            self.rows[id(t)] = (len(self.dyn), k, residual, span)
+            self.traced_views[id(t)] = (len(self.dyn), k, residual, span)
             self.dyn.append(index)
             offset = ("at", k, residual, span)
         return (sizes, strides, offset, t.dtype, slot, sig, nbytes, bits)
 
     def key(self, sch, entry, values):
         parts = [sch.op]
-        trace_rows = entry.trace_rows
+        trace_offsets = entry.trace_offsets
         kinds = entry.kinds
         static = entry.static
         dynamic = entry.dynamic
@@ -161,7 +161,7 @@ class Call:
                 if v is None:
                     parts.append(None)
                 elif isinstance(v, torch.Tensor):
-                    parts.append(self.tensor_key(v, trace_rows))
+                    parts.append(self.tensor_key(v, trace_offsets))
                 else:  # a wrapped number (`x + 2`) reaches Python kernels as a number
                     parts.append(self.scalar_key(v, i in dynamic))
             elif kind is SCALAR:
@@ -175,7 +175,7 @@ class Call:
                     self.requested = v.index if v.index is not None else _C._current_device()
                 parts.append(static_key(v))
             elif kind is TENSOR_LIST or kind is OPT_TENSOR_LIST:
-                parts.append(None if v is None else tuple(None if t is None else self.tensor_key(t, trace_rows) for t in v))
+                parts.append(None if v is None else tuple(None if t is None else self.tensor_key(t, trace_offsets) for t in v))
             elif kind is SCALAR_LIST:
                 parts.append(tuple(type(s) for s in v))
                 self.dyn.extend(v)
@@ -216,7 +216,7 @@ MAX_BAKED_VALUES = 3
 class OpEntry:
     """An overload's schema, lowering and how its Scalars are passed."""
 
-    __slots__ = ("schema", "lowering", "static", "kinds", "dynamic", "seen", "trace_rows")
+    __slots__ = ("schema", "lowering", "static", "kinds", "dynamic", "seen", "trace_offsets")
 
     def __init__(self, op):
         self.schema = schema_of(op)
@@ -232,11 +232,11 @@ class OpEntry:
         ]
         self.dynamic = set()  # Scalar positions now traced
         self.seen = {}  # position -> distinct values baked so far
-        self.trace_rows = True  # views' rows traced (row_offsets.py); off for ops whose outputs sit at their input's offset
+        self.trace_offsets = True  # views at offsets read at a traced index (row_offsets.py); off for ops whose outputs sit at their input's offset
 
     def pin_offsets(self):
         """Key this op's views by their offsets from now on (here and in C++)."""
-        self.trace_rows = False
+        self.trace_offsets = False
         op = self.schema.op
         _C._set_static_offsets(op._schema.name, op._schema.overload_name)
 
@@ -590,7 +590,7 @@ def _build(entry, values, call, key):
         elif m.storage_offset() != 0:
             # (as_strided_scatter keeps self's storage layout): the kernel
             # writes a whole fresh storage, the op returns its view
-            if call.rows:
+            if call.traced_views:
                 raise _OffsetsInOutputs()
             k = _add_fresh(kernel, m, expected, whole_storage=True)
             kernel.returns.append(("fresh_view", (k,) + _geometry(m)))
@@ -743,7 +743,7 @@ def _mutation_target(kernel, call, position, real, meta, single):
     address, nbytes, sizes, strides, offset, _ = call.infos[id(real)]
     post = _geometry(meta)
     if post != (sizes, strides, offset) and single:
-        if call.rows:
+        if call.traced_views:
             raise _OffsetsInOutputs()
         # out= that must resize: resize the real tensor now and on every call.
         kernel.resized.append((position, post[0], post[1]))
@@ -754,7 +754,7 @@ def _mutation_target(kernel, call, position, real, meta, single):
         if new_address != address:
             return ("resized", position, new_nbytes)
         nbytes = new_nbytes
-    return ("slot", call.slot_of[address], nbytes, call.rows.get(id(real)))
+    return ("slot", call.slot_of[address], nbytes, call.traced_views.get(id(real)))
 
 
 def _math_bits(t):
@@ -794,10 +794,10 @@ def _readers(entry, values, call):
         slot = call.slot_of[address]
         dtype = to_jax(t.dtype)
         bits = _math_bits(t)
-        if id(t) in call.rows:
+        if id(t) in call.traced_views:
             position = dyn_index[0]  # (its index was appended to dyn while keying, in argument order)
             dyn_index[0] += 1
-            _, dim, residual, span = call.rows[id(t)]
+            _, dim, residual, span = call.traced_views[id(t)]
             read = lambda arrays, dyn: row_offsets.read_at(
                 arrays[slot], dim, dyn[position], span, sizes, strides, residual, dtype)
         else:
