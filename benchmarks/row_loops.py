@@ -8,6 +8,9 @@ and a second pass cost, and how many kernels or graphs they compile.
 - eager, batch-first steps: `out[:, t] = torch.tanh(S[:, t] @ W)` for each
   step t of a (32, rows, 64) sequence (an inner dim);
 - `.item()`: `x[i, 3, 5].item()` for each row;
+- a token loop as Meta's Llama generation writes it: read
+  `tokens[:, prev:cur]`, write `tokens[:, cur]` of a (32, rows) buffer (the
+  buffer's minor dim);
 - compiled training: an MLP under torch.compile(backend="tpu") trained on
   batches sliced from device tensors (`model(X[i])`, `mse_loss(.., Y[i])`),
   SGD step eager.
@@ -43,6 +46,13 @@ def item_pass(x):
     return [x[i, 3, 5].item() for i in range(x.shape[0])]
 
 
+def token_pass(tokens, table):
+    for cur in range(1, tokens.shape[1]):
+        picked = table[tokens[:, cur - 1 : cur]].sum((1, 2))
+        tokens[:, cur] = picked.long().remainder(table.shape[0])
+    return tokens[:, -1].sum().item()
+
+
 def training_pass(model, opt, x, y):
     for i in range(x.shape[0]):
         loss = torch.nn.functional.mse_loss(model(x[i]), y[i])
@@ -66,7 +76,8 @@ def main():
     n = parser.parse_args().rows
     torch.manual_seed(0)
     data = {"x": torch.randn(n, 32, 64), "w": torch.randn(64, 64) / 8, "b": torch.randn(64),
-            "y": torch.randn(n, 32, 4), "s": torch.randn(32, n, 64)}
+            "y": torch.randn(n, 32, 4), "s": torch.randn(32, n, 64),
+            "tokens": torch.randint(0, 50, (32, n)), "table": torch.randn(50, 8) * 10}
     print(f"{n} rows; ms per pass over all rows (kernels / graphs compiled in the pass)\n")
     print("| loop | pass | torchtpu (ms) | compiled | torch CPU (ms) |")
     print("|---|---|---:|---:|---:|")
@@ -75,6 +86,8 @@ def main():
         ("eager `out[:, t] = tanh(S[:, t] @ W)`",
          lambda d, dev: (step_pass, d["s"].to(dev), d["w"].to(dev), torch.zeros(32, n, 64, device=dev))),
         ("`x[i, 3, 5].item()`", lambda d, dev: (item_pass, d["x"].to(dev))),
+        ("eager token loop `tokens[:, cur] = f(tokens[:, prev:cur])`",
+         lambda d, dev: (token_pass, d["tokens"].to(dev), d["table"].to(dev))),
         ("compiled MLP training on `X[i]`", make_training),
     ):
         tpu, cpu = make(data, "tpu"), make(data, "cpu")

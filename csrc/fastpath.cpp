@@ -232,7 +232,7 @@ bool traced_index(PyObject* sig, const at::Tensor& t, TracedIndex* out) {
   while (k < ndim && offset < layout.strides[k]) {
     ++k;
   }
-  if (k == ndim || (k == ndim - 1 && k > 0)) {
+  if (k == ndim) {
     return false;
   }
   const int64_t index = offset / layout.strides[k];

@@ -45,6 +45,30 @@ def test_eager_loop_over_an_inner_dim_compiles_its_kernels_once():
     torch.testing.assert_close(out_t.cpu(), out)
 
 
+def test_eager_token_loop_over_the_minor_dim_compiles_its_kernels_once():
+    # Meta's Llama generation loop: read tokens[:, prev:cur], write
+    # tokens[:, cur] of a (batch, max_len) buffer -- the index is traced in
+    # the buffer's minor dim
+    torch.manual_seed(7)
+    emb = torch.randn(20, 6)
+    tokens = torch.zeros(3, 16, dtype=torch.long)
+    tokens[:, 0] = torch.tensor([4, 9, 2])
+    emb_t, tokens_t = emb.to("tpu"), tokens.to("tpu")
+
+    def step(tok, table, prev, cur):
+        tok[:, cur] = (table[tok[:, prev:cur]].sum((1, 2)) * 7).long().remainder(20)
+
+    for cur in range(1, 4):
+        step(tokens_t, emb_t, cur - 1, cur)
+    before = _compiles()
+    for cur in range(1, 16):
+        step(tokens, emb, cur - 1, cur)
+        if cur >= 4:
+            step(tokens_t, emb_t, cur - 1, cur)
+    assert _compiles() == before
+    assert torch.equal(tokens_t.cpu(), tokens)
+
+
 def test_eager_writes_through_rows_match_cpu():
     torch.manual_seed(1)
     x = torch.randn(10, 4, 6)
@@ -175,7 +199,7 @@ def _random_view(rng, a):
     """A random view of `a` (4-D) starting at a random place: row slices,
     narrowing, steps, transposes, diagonals, unfold, expand, as_strided."""
     i = int(rng.integers(0, a.shape[0] - 2))
-    kind = int(rng.integers(0, 10))
+    kind = int(rng.integers(0, 11))
     if kind == 0:
         return a[i]
     if kind == 1:
@@ -194,6 +218,8 @@ def _random_view(rng, a):
         return a[1:, i % 4, 1:, ::2].transpose(0, 2)
     if kind == 9:
         return a[:, :, i % 5, 2:]
+    if kind == 10:  # the minor dim: a[..., t], a[..., t:t+2]
+        return a[..., i % 4 : i % 4 + 1 + i % 2].squeeze(-1)
     n = a[0].numel()
     return a.as_strided((3, 2), (2, 5), i * n + int(rng.integers(0, n)))
 

@@ -20,8 +20,11 @@ compiled graphs' (compile/runner.py) apply the same rule, `traced_index`;
 the C++ copy of it must stay identical (tests/test_graph_call_key.py).
 
 Only views of the box's own dtype qualify (no bitcast between the slice and
-the plan); not along the minor dim of a box of several dims (a traced start
-there costs a relayout on TPU, and `qkv[..., d:2d]` has few offsets).
+the plan).  The minor dim qualifies too: Meta's Llama generation loop reads
+`tokens[:, prev:cur]` and writes `tokens[:, cur]` of a (batch, max_len)
+buffer, which compiled two kernels per token with the offset in the key.  A
+traced start there may cost a relayout on TPU (not measured: no TPU here),
+small next to a compile per step.
 """
 
 import functools
@@ -54,7 +57,7 @@ def traced_index(sig, dtype, sizes, strides, offset):
         return None
     shape, box_strides, _ = layout
     k = next((j for j, s in enumerate(box_strides) if offset >= s), None)
-    if k is None or (k == len(shape) - 1 and k > 0):
+    if k is None:
         return None
     index, residual = divmod(offset, box_strides[k])
     outer = box_strides[k - 1] if k > 0 else None
