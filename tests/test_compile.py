@@ -894,6 +894,41 @@ def test_dynamic_per_sample_ops_pad_the_batch(name):
     assert stats["compilations"] <= 2 + 2 * 2, stats["per_graph"]
 
 
+@pytest.mark.parametrize("conv", ["conv1d", "conv2d"])
+def test_dynamic_convolution_with_a_weight_passed_in(conv):
+    # The weight is a graph input, so dynamic=True makes its out channels
+    # symbolic too: found by a compile probe (a broadcasting error when they
+    # differ from the batch, wrong numbers when they equal it, as padding
+    # the batch padded the output's channels with it).
+    torch.manual_seed(0)
+    op = getattr(F, conv)
+    fn = lambda x, w, b: op(x, w, b, padding=1).relu()  # noqa: E731
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    spatial = (7,) if conv == "conv1d" else (5, 6)
+    for batch, out_channels in ((2, 4), (5, 5), (3, 6)):
+        x = torch.randn(batch, 3, *spatial)
+        w = torch.randn(out_channels, 3, *(3,) * len(spatial), requires_grad=True)
+        b = torch.randn(out_channels, requires_grad=True)
+        w_t, b_t = (t.detach().to("tpu").requires_grad_() for t in (w, b))
+        want, got = fn(x, w, b), compiled(x.to("tpu"), w_t, b_t)
+        assert_close(got, want, **TOL)
+        weights = torch.randn(want.shape)
+        (want * weights).sum().backward()
+        (got * weights.to("tpu")).sum().backward()
+        assert_close(w_t.grad, w.grad, rtol=1e-4, atol=1e-4)
+        assert_close(b_t.grad, b.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_mean_over_no_element_is_nan():
+    # as on the CPU (0 / 0); found by a compile probe (it gave 0)
+    fn = lambda x: (x.mean(0), x.mean(), x.mean(1))  # noqa: E731
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for rows in (3, 0, 5):
+        x = torch.randn(rows, 4)
+        for got, want in zip(compiled(x.to("tpu")), fn(x)):
+            assert_close(got, want, equal_nan=True)
+
+
 _PADDED_CASES = {
     # counting from the end of a padded dim: the padding is there
     "slice from the end": lambda x: (x * 2)[..., :-1] + 1,

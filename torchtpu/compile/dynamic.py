@@ -304,6 +304,20 @@ PER_SAMPLE = {
 }
 BATCH_NORMS = {aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit_no_training.default,
                aten._native_batch_norm_legit.no_stats}
+# The arguments of a per-sample op that hold samples in dim 0; the others
+# (weights, biases, running statistics) are per channel, and a padded one
+# (F.conv1d(x, w) with w a graph input under dynamic=True) would pad the
+# output's channels, which the rows' mask does not cover: Unpaddable.
+# Ops not listed take samples in every tensor argument (pooling and its
+# backward: grad_output, input, indices).
+SAMPLE_ARGS = {
+    aten.convolution.default: (0,),
+    aten.convolution_backward.default: (0, 1),
+    aten.native_group_norm.default: (0,),
+    aten.native_group_norm_backward.default: (0, 1, 2, 3),
+    aten.native_batch_norm_backward.default: (0, 1),
+    **{op: (0,) for op in BATCH_NORMS},
+}
 
 
 ATTENTION = {aten._scaled_dot_product_fused_attention_overrideable.default,
@@ -718,9 +732,12 @@ class MaskRules:
         """Which samples (dim 0) are real, for an op that is per sample:
         Unpaddable (naming those symbols) when another dim is padded."""
         rows = None
-        for meta, m in zip(in_metas, masks):
+        samples = SAMPLE_ARGS.get(op, range(len(in_metas)))
+        for i, (meta, m) in enumerate(zip(in_metas, masks)):
             if m is None or not isinstance(meta, torch.Tensor):
                 continue
+            if i not in samples:
+                raise Unpaddable(f"{op} with a padded per-channel argument", self.shapes.padded_symbols([meta]))
             others = self.shapes.padded_symbols([meta], dims=set(range(1, meta.dim())))
             if others:
                 raise Unpaddable(f"{op} on data padded beyond its batch dim", others)
@@ -731,7 +748,7 @@ class MaskRules:
     def _convolution_backward(self, op, values, masks, in_metas, out_meta, fn, ctx):
         # grad_weight and grad_bias sum over the batch: padded samples of
         # grad_output and input are zeroed first
-        rows = self._rows(op, masks[:2], in_metas[:2])
+        rows = self._rows(op, masks, in_metas)
         values = list(values)
         for i in (0, 1):
             values[i] = _neutral(values[i], _rows_of(rows, in_metas[i]), 0)
@@ -973,7 +990,8 @@ class MaskRules:
             full = _full(mask, x.shape)
             acc = jnp.float32 if x.dtype in (jnp.bfloat16, jnp.float16) else x.dtype
             total = jnp.sum(_neutral(x, full, 0).astype(acc), axis=tuple(dims), keepdims=keepdim)
-            count = jnp.maximum(jnp.sum(full, axis=tuple(dims), keepdims=keepdim), 1).astype(acc)
+            count = jnp.sum(full, axis=tuple(dims), keepdims=keepdim).astype(acc)
+            # (a mean over no real element is nan, as on the CPU: 0 / 0)
             return (total / count).astype(ctx.out_dtype), [_any(mask, dims, keepdim, x.shape)]
         # softmax family and logsumexp: padded entries are -inf (in the
         # float type an integer or bool input is promoted to)
