@@ -104,6 +104,20 @@ def test_forward_backward_parity(kind):
     assert stats["compilations"] >= 2  # forward and backward
 
 
+def test_default_inductor_backend_says_to_use_backend_tpu():
+    # Inductor hands "tpu" to Google's torch_tpu Pallas codegen, which failed
+    # with "No module named 'torch_tpu'"; torchtpu/inductor_device.py gives
+    # the way out instead.  Extern-kernel-only graphs keep running.
+    torch.manual_seed(0)
+    x = torch.randn(2, 4).to("tpu")
+    linear = torch.nn.Linear(4, 4).to("tpu")
+    assert_close(torch.compile(linear)(x), linear(x).cpu())
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU()).to("tpu")
+    with pytest.raises(Exception, match='backend="tpu"') as error:
+        torch.compile(model)(x)
+    assert "torch_tpu'" not in str(error.value)
+
+
 def test_batchnorm_eval_parity():
     torch.manual_seed(0)
     model = CNN(dropout=0.0)

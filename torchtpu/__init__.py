@@ -38,6 +38,10 @@ def _register():
     from torch._functorch._aot_autograd.utils import register_graphsafe_rng_device_type
 
     register_graphsafe_rng_device_type("tpu")
+    # torch.compile(model) with the default backend: a clear error (inductor_device.py)
+    from . import inductor_device
+
+    inductor_device.install()
 
 
 if not hasattr(torch, "tpu"):
