@@ -60,6 +60,39 @@ CASES = {
         (torch.tensor([0, 1], device=d),), torch.ones(3, device=d)),
 }  # fmt: skip
 
+# In-place ops whose other operand broadcasts past self: PyTorch's meta
+# kernels of these resize self (found by an eager fuzzer: a view grew and was
+# written past, into its base).  Each is called on a (1, 4) view of a (2, 4)
+# base with a (3, 1) operand.
+_GROWING_IN_PLACE = {
+    name: call for name, call in {
+        "clamp_min_": lambda v, o: v.clamp_min_(o), "clamp_max_": lambda v, o: v.clamp_max_(o),
+        "remainder_": lambda v, o: v.remainder_(o), "fmod_": lambda v, o: v.fmod_(o),
+        "floor_divide_": lambda v, o: v.floor_divide_(o), "pow_": lambda v, o: v.pow_(o),
+        "atan2_": lambda v, o: v.atan2_(o), "hypot_": lambda v, o: v.hypot_(o),
+        "copysign_": lambda v, o: v.copysign_(o), "xlogy_": lambda v, o: v.xlogy_(o),
+        "eq_": lambda v, o: v.eq_(o), "lt_": lambda v, o: v.lt_(o), "heaviside_": lambda v, o: v.heaviside_(o),
+        "nextafter_": lambda v, o: v.nextafter_(o), "ldexp_": lambda v, o: v.ldexp_(o),
+        "igamma_": lambda v, o: v.igamma_(o), "lerp_": lambda v, o: v.lerp_(o, 0.5),
+        "bitwise_and_": lambda v, o: v.long().bitwise_and_(o.long()),
+        "__ilshift__": lambda v, o: v.long().__ilshift__(o.long()),
+        "gcd_": lambda v, o: v.long().gcd_(o.long()),
+    }.items()
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(_GROWING_IN_PLACE))
+def test_in_place_op_does_not_grow_self(name):
+    results = {}
+    for d in ("cpu", "tpu"):
+        base = torch.ones(2, 4, device=d)
+        view = base[:1]
+        with pytest.raises(RuntimeError, match="output with shape .*1, 4.* doesn't match the broadcast shape"):
+            _GROWING_IN_PLACE[name](view, torch.full((3, 1), 2.0, device=d))
+        results[d] = (tuple(view.shape), base.cpu())
+    assert results["tpu"][0] == (1, 4)
+    torch.testing.assert_close(results["tpu"][1], results["cpu"][1])
+
 # the same shapes of call that are fine
 VALID = {
     "add_ same elements": lambda d: _shared(d, lambda a: a[:4].add_(a[:4])),

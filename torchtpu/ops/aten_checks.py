@@ -4,6 +4,8 @@ a kernel is built: the cache key fixes everything they look at (shapes,
 strides, offsets, which arguments share a storage), so a cache hit needs no
 check."""
 
+import warnings
+
 import torch
 
 from ..runtime.dtypes import to_torch
@@ -17,7 +19,56 @@ def before_meta(sch, values):
         check(sch, values)
 
 
+def in_place_meta(sch, values, call_meta):
+    """Run the meta kernel; an in-place op whose other operand broadcasts
+    past `self` raises ATen's error.  PyTorch's reference meta kernels of
+    many in-place ops (clamp_min_, remainder_, pow_, bitwise ops, shifts,
+    comparisons, ...) are out= wrappers that resize `self` with a deprecation
+    warning, so on tpu `v.clamp_min_(ones(3, 1))` grew the view v and wrote
+    past it into its base."""
+    if not read_and_written(sch, values) or sch.op._schema.name in _RESHAPES_SELF:
+        return call_meta()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
+        return call_meta()
+
+
+def check_in_place_shapes(sch, values, meta_values):
+    if sch.op._schema.name in _RESHAPES_SELF:
+        return
+    for p in read_and_written(sch, values):
+        real, meta = values[p], meta_values[p]
+        if tuple(meta.shape) != tuple(real.shape):
+            raise RuntimeError(
+                f"output with shape {list(real.shape)} doesn't match the broadcast shape {list(meta.shape)}"
+            )
+
+
+def read_and_written(sch, values):
+    """Written tensors that are also read: `self` of an in-place op, and an
+    out= tensor passed as an input too (`mul_out(x, x, y)`, which ATen's own
+    composites such as ldexp_ call) -- TensorIterator never resizes those."""
+    found = []
+    for p in sch.mutated:
+        real = values[p]
+        if not isinstance(real, torch.Tensor):
+            continue
+        if not sch.op._schema.arguments[p].is_out or any(
+            v is real for q, v in enumerate(values) if q != p and q not in sch.mutated
+        ):
+            found.append(p)
+    return found
+
+
+# in-place ops whose purpose is to change self's shape
+_RESHAPES_SELF = {
+    "aten::resize_", "aten::resize_as_", "aten::set_", "aten::as_strided_", "aten::t_", "aten::transpose_",
+    "aten::squeeze_", "aten::unsqueeze_", "aten::swapdims_", "aten::swapaxes_", "aten::_resize_output_",
+}  # fmt: skip
+
+
 def after_meta(sch, values, meta_values):
+    check_in_place_shapes(sch, values, meta_values)
     if not _copies_onto_itself(sch, values):
         _check_internal_overlap(sch, values)
         _check_partial_overlap(sch, values)
