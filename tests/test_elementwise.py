@@ -790,3 +790,32 @@ def test_special_functions_at_edges_match_cpu(dtype):
         want = fn(*args)
         got = fn(*[a.to("tpu") for a in args]).cpu()
         torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m: f"{fn.__name__}: {m}", **tol)
+
+
+# Operands that ATen converts to the common dtype before computing (found by
+# an eager fuzzer): the lowerings cast straight to the opmath type, skipping
+# the rounding or wrapping of a 0-dim tensor (or an int64 tensor) meeting a
+# narrower type.  (device) -> result.
+_COMMON_DTYPE_CASES = {
+    "f32 0-dim minus f16": lambda d: torch.tensor(70000.0, device=d) - torch.tensor([60000.0], dtype=torch.float16, device=d),
+    "f32 0-dim times f16": lambda d: torch.tensor(1e-8, device=d) * torch.tensor([1e4], dtype=torch.float16, device=d),
+    "f64 0-dim times f32": lambda d: torch.tensor(1e-50, dtype=torch.float64, device=d) * torch.tensor([1e30], device=d),
+    "bf16 0-dim pow f16": lambda d: torch.tensor(-1e5, dtype=torch.bfloat16, device=d) ** torch.tensor([0.5, 2, -0.5], dtype=torch.float16, device=d),
+    "int64 0-dim compared with int8": lambda d: torch.tensor(300, device=d) > torch.tensor([50, 40], dtype=torch.int8, device=d),
+    "int64 0-dim times int8": lambda d: torch.tensor(300, device=d) * torch.tensor([2, 3], dtype=torch.int8, device=d),
+    "int64 tensor times f16": lambda d: torch.tensor([100000, 3], device=d) * torch.tensor([1e-3, 1.0], dtype=torch.float16, device=d),
+    "f32 0-dim equals f16": lambda d: torch.tensor(1e-8, device=d) == torch.tensor([0.0], dtype=torch.float16, device=d),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name", sorted(_COMMON_DTYPE_CASES))
+def test_operands_are_converted_to_the_common_dtype_first(name, compiled):
+    fn = _COMMON_DTYPE_CASES[name]
+    want = fn("cpu")
+    if compiled:
+        got = torch.compile(lambda: fn("tpu"), backend="tpu", fullgraph=True)()
+    else:
+        got = fn("tpu")
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=0, atol=0)

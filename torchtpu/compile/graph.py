@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.fx.node import map_aggregate, map_arg
 
-from ..ops import aten_checks, scalar_overflow, transfer
+from ..ops import aten_checks, promotion, scalar_overflow, transfer
 from ..ops.context import LoweringContext, matmul_scope
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
@@ -296,7 +296,7 @@ class GraphLowering:
                         if self.masks is not None:
                             raise
                         # (exact shapes: the value computed in the graph is the true one)
-        args = [values[i] for i in positions]
+        args = promotion.in_common_dtype(op, ctx, [values[i] for i in positions], random)
         if self.masks is None:
             result = lowering.fn(ctx, *args)
         else:

@@ -21,7 +21,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import convert, to_jax
-from . import aten_checks, host_fill, kernel_cache, plans, row_offsets, scalar_overflow, sparse_layouts
+from . import aten_checks, host_fill, kernel_cache, plans, promotion, row_offsets, scalar_overflow, sparse_layouts
 from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
@@ -633,6 +633,7 @@ def _build(entry, values, call, key):
         lowered = [readers[i](arrays, dyn) for i in lowering_positions]
         for position, dtype in scalar_checks:
             scalar_overflow.device_check(ctx, readers[position](arrays, dyn), dtype)
+        lowered = promotion.in_common_dtype(op, ctx, lowered, kernel.random)
         with matmul_scope(precision):
             result = lowering.fn(ctx, *lowered)
         flat_result = _flatten_result(result, len(expected), op)
