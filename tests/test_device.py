@@ -344,6 +344,18 @@ def test_import_torch_is_cheap_and_autoloads():
     assert out.stdout.split() == ["True", "False"], out.stderr
 
 
+def test_exit_with_a_timing_event_in_flight_is_clean():
+    # (found by an API probe: the event timer's thread, still waiting on the
+    # device at interpreter exit, aborted the process with SIGABRT)
+    code = (
+        "import torch; x = torch.randn(1500, 1500, device='tpu')\n"
+        "for _ in range(4): x = x @ x / 1500\n"
+        "torch.tpu.Event(enable_timing=True).record(); print('done')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["done"], out.stderr[-2000:]
+
+
 def test_module_to_keeps_parameter_identity():
     """module.to('tpu') converts parameters in place (as for CUDA): tied
     weights stay tied and references to parameters stay valid."""

@@ -40,6 +40,7 @@ completed (call `end.synchronize()` first).
 Re-exported by torch.tpu (torchtpu/device.py).  No JAX import at module
 level."""
 
+import atexit
 import os
 import queue
 import threading
@@ -127,7 +128,10 @@ _waiters: dict = {}  # device index -> queue of (state, generation, marker)
 
 def _waiter_loop(q):
     while True:
-        state, generation, marker = q.get()
+        item = q.get()
+        if item is None:  # (interpreter exit: _stop_waiters)
+            return
+        state, generation, marker = item
         try:
             marker.block_until_ready()
         except Exception:  # the device failed: the event completes anyway
@@ -149,13 +153,30 @@ def _waiter(device: int):
                     target=_waiter_loop, args=(q,), name=f"torchtpu-event-timer-{device}", daemon=True
                 )
                 thread.start()
+                _waiter_threads.append(thread)
                 _waiters[device] = q
     return q
+
+
+_waiter_threads: list = []
+
+
+@atexit.register
+def _stop_waiters():
+    """Let each waiter finish its markers and return before the interpreter
+    finalizes: a daemon thread still blocked in a marker's
+    block_until_ready() then was torn down inside C++ and aborted the
+    process (SIGABRT at exit after recording a timing event behind work)."""
+    for q in _waiters.values():
+        q.put(None)
+    for thread in _waiter_threads:
+        thread.join()
 
 
 def _after_fork_in_child():
     # The waiter threads did not survive the fork.
     _waiters.clear()
+    _waiter_threads.clear()
 
 
 if hasattr(os, "register_at_fork"):
