@@ -356,6 +356,18 @@ def test_exit_with_a_timing_event_in_flight_is_clean():
     assert out.returncode == 0 and out.stdout.split() == ["done"], out.stderr[-2000:]
 
 
+@pytest.mark.parametrize(
+    "name, write",
+    [("add_ into a CPU scalar", lambda: torch.tensor(2.5).add_(torch.tensor(1.0, device="tpu:1"))),
+     ("out= a CPU scalar", lambda: torch.add(torch.tensor(1.0, device="tpu:1"), 1, out=torch.tensor(0.0)))],
+)  # fmt: skip
+def test_a_cpu_scalar_is_never_written_by_a_tpu_op(name, write):
+    # as on CUDA: a CPU 0-dim tensor may be an operand, not the output
+    # (found by an API probe: an internal KeyError)
+    with pytest.raises(RuntimeError, match="found at least two devices, tpu:1 and cpu"):
+        write()
+
+
 def test_module_to_keeps_parameter_identity():
     """module.to('tpu') converts parameters in place (as for CUDA): tied
     weights stay tied and references to parameters stay valid."""

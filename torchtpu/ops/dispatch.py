@@ -87,6 +87,14 @@ def device_mismatch(a, b):
     )
 
 
+def _first_tpu_device(values):
+    for v in values:
+        for t in v if isinstance(v, (list, tuple)) else (v,):
+            if isinstance(t, torch.Tensor) and t.device.type == "tpu":
+                return str(t.device)
+    return f"tpu:{_C._current_device()}"
+
+
 # ------------------------------------------------------------ per call
 
 
@@ -161,6 +169,8 @@ class Call:
                 if v is None:
                     parts.append(None)
                 elif isinstance(v, torch.Tensor):
+                    if v.is_cpu and i in sch.mutated:  # (a CPU scalar may be read, never written)
+                        raise device_mismatch(_first_tpu_device(values), "cpu")
                     parts.append(self.tensor_key(v, trace_offsets))
                 else:  # a wrapped number (`x + 2`) reaches Python kernels as a number
                     parts.append(self.scalar_key(v, i in dynamic))
