@@ -368,6 +368,34 @@ def test_a_cpu_scalar_is_never_written_by_a_tpu_op(name, write):
         write()
 
 
+def _setitem(t, index, value):
+    t[index] = value
+    return t
+
+
+@pytest.mark.parametrize(
+    "name, call",
+    [("tpu:0 fill_ from tpu:1", lambda: torch.zeros(3, device="tpu:0").fill_(torch.tensor(5.0, device="tpu:1"))),
+     ("cpu fill_ from tpu", lambda: torch.zeros(3).fill_(torch.tensor(5.0, device="tpu"))),
+     ("cpu scalar fill_ from tpu", lambda: torch.tensor(0.0).fill_(torch.tensor(5.0, device="tpu"))),
+     ("tpu:0 masked_fill_ from tpu:1", lambda: torch.zeros(3, device="tpu").masked_fill_(
+         torch.tensor([True, False, True], device="tpu"), torch.tensor(5.0, device="tpu:1"))),
+     ("cpu masked_fill_ from tpu", lambda: torch.zeros(3).masked_fill_(
+         torch.tensor([True, False, True]), torch.tensor(5.0, device="tpu"))),
+     ("tpu:0 index_put_ from tpu:1", lambda: _setitem(torch.zeros(3, device="tpu"), torch.tensor([0], device="tpu"),
+                                                      torch.tensor(5.0, device="tpu:1"))),
+     ("cpu index_put_ from tpu", lambda: _setitem(torch.zeros(3), torch.tensor([0]), torch.tensor(5.0, device="tpu")))],
+)  # fmt: skip
+def test_a_scalar_value_from_another_device(name, call):
+    # ATen (CUDA included) takes a 0-dim value on another device: fill_ and
+    # masked_fill_ read it with item(), index_put_ moves it (found by an API
+    # probe: tpu raised the device-mismatch error)
+    out = call()
+    want = torch.tensor(5.0) if out.dim() == 0 else torch.tensor([5.0, 0.0, 5.0]) if "masked" in name else (
+        torch.full((3,), 5.0) if "fill_" in name else torch.tensor([5.0, 0.0, 0.0]))
+    torch.testing.assert_close(out.cpu(), want)
+
+
 def test_module_to_keeps_parameter_identity():
     """module.to('tpu') converts parameters in place (as for CUDA): tied
     weights stay tied and references to parameters stay valid."""

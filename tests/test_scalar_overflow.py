@@ -106,3 +106,18 @@ def test_device_rules_agree_with_atens_conversion(dtype):
             expected = True
         got = bool(scalar_overflow.overflows(jnp.asarray(value), to_jax(dtype)))
         assert got == expected, f"{dtype} {value!r}: ATen overflows={expected}"
+
+
+@pytest.mark.parametrize(
+    "self_dtype, value_dtype, value",
+    [(torch.int64, torch.int32, -3), (torch.int16, torch.int8, 5), (torch.uint8, torch.uint8, 0),
+     (torch.uint8, torch.uint8, 255), (torch.float16, torch.float32, 1.5)],
+)  # fmt: skip
+def test_masked_fill_with_a_narrow_value_tensor_is_not_an_overflow(self_dtype, value_dtype, value):
+    # The value tensor is read as a Scalar (item()): compared in its own
+    # narrow dtype, uint8's 0 < -255 wrapped (found by an eager fuzzer).
+    mask = torch.tensor([True, False, True])
+    want = torch.zeros(3, dtype=self_dtype).masked_fill_(mask, torch.tensor(value, dtype=value_dtype))
+    got = torch.zeros(3, dtype=self_dtype, device="tpu").masked_fill_(
+        mask.to("tpu"), torch.tensor(value, dtype=value_dtype, device="tpu"))
+    assert torch.equal(got.cpu(), want)

@@ -83,9 +83,20 @@ def traced_checks(sch, values, meta_out, dynamic):
 
 
 def device_check(ctx, value, dtype):
-    """`value` (a traced Python number) must convert to `dtype` (torch)."""
-    ctx.check(~overflows(jnp.asarray(value), to_jax(dtype)),
+    """`value` (a traced Python number, or a 0-dim tensor ATen reads as one
+    with `item()`) must convert to `dtype` (torch)."""
+    ctx.check(~overflows(_as_scalar(jnp.asarray(value)), to_jax(dtype)),
               f"value cannot be converted to type {CPP_NAMES[dtype]} without overflow")
+
+
+def _as_scalar(v):
+    """v as the c10::Scalar `item()` makes of it: int64, float64 or
+    complex128 (a uint8 value compared in uint8 wrapped: -255 is 1)."""
+    for kind, wide in ((np.bool_, np.bool_), (np.integer, np.int64), (np.floating, np.float64),
+                       (np.complexfloating, np.complex128)):
+        if jnp.issubdtype(v.dtype, kind):
+            return v.astype(wide)
+    return v
 
 
 def overflows(v, to):

@@ -254,7 +254,7 @@ def _plain_indices(put=False):
             return False
         if put:
             values = args[2] if len(args) > 2 else kwargs.get("values")
-            if values.dtype != args[0].dtype:
+            if values.dtype != args[0].dtype or values.device != args[0].device:
                 return False
         return not indexing.has_host_tensor(args, kwargs)
 
@@ -302,6 +302,10 @@ def _index_put_handler(op):
         values = sch.normalize(args, kwargs)
         self, indices, vals = values[0], list(values[1]), values[2]
         accumulate = values[3] if len(values) > 3 else False
+        if self.device.type != "tpu" and vals.device.type == "tpu" and vals.dim() == 0:
+            # `cpu_losses[idx] = loss`: ATen moves a 0-dim value to self's device
+            values[2] = vals.to(self.device)
+            return op(*values)
         if vals.dtype != self.dtype:
             raise RuntimeError(
                 f"Index put requires the source and destination dtypes match, got "
@@ -316,6 +320,8 @@ def _index_put_handler(op):
             return fallback.run_on_cpu(op, args, kwargs)
         values[1] = new
         if vals.device != self.device:
+            if vals.dim() != 0:  # (ATen moves 0-dim values only)
+                raise dispatch.device_mismatch(self.device, vals.device)
             values[2] = vals.to(self.device)
         return dispatch.run(op, values, {})
 

@@ -107,7 +107,7 @@ def run_lowered(op, values):
     if twin is not None:
         pos = _VALUE_POSITION[op._schema.name.split("::")[1].rstrip("_")]
         value = values[pos]
-        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+        if isinstance(value, torch.Tensor) and value.device != values[0].device:
             if value.dim() != 0:
                 raise RuntimeError(
                     f"{op._schema.name.split('::')[1]} only supports a 0-dimensional value tensor, "
@@ -116,6 +116,8 @@ def run_lowered(op, values):
             values = list(values)
             values[pos] = value.item()
             op = twin
+            if values[0].device.type != "tpu":  # (a CPU self: ATen's own kernel)
+                return op(*values)
     return dispatch.run(op, values, {})
 
 
@@ -500,8 +502,27 @@ def masked_fill_tensor(ctx, self, mask, value):
 
 
 for _op in (aten.masked_fill.Tensor, aten.masked_fill_.Tensor, aten.masked_fill.Tensor_out):
-    special(_op, generic_when=lambda *args, **kwargs: not has_host_tensor(args, kwargs))(
+    special(_op, generic_when=lambda *args, **kwargs: not has_host_tensor(args, kwargs) and _value_at_home(args[0], args[2]))(
         lambda *args, _op=_op, **kwargs: run_lowered(_op, schema_of(_op).normalize(args, kwargs))
+    )
+
+
+# ------------------------------------------ a 0-dim value on another device
+#
+# ATen takes a 0-dim value tensor on another device than self, CUDA included:
+# fill_ and masked_fill_ read it with item() (index_put_ moves it to self's
+# device: data_dependent.py).  Such a call reaches us when either side is on
+# tpu (a CPU tensor filled from a tpu scalar, a value on tpu:1).
+
+
+def _value_at_home(self, value):
+    """Whether `value` is not a 0-dim tensor on another device than self."""
+    return not (isinstance(value, torch.Tensor) and value.dim() == 0 and value.device != self.device)
+
+
+for _op, _twin in ((aten.fill_.Tensor, aten.fill_.Scalar), (aten.fill.Tensor, aten.fill.Scalar)):
+    special(_op, generic_when=lambda self, value: _value_at_home(self, value))(
+        lambda self, value, _twin=_twin: _twin(self, value.item())  # (on self's device)
     )
 
 
