@@ -81,6 +81,45 @@ _GROWING_IN_PLACE = {
 }  # fmt: skip
 
 
+def _t(values, dtype, device):
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+# Found by an eager fuzzer (stop 25): each raised on tpu where the CPU
+# computes, returned another dtype, or raised another error.
+_FUZZER_CASES = {
+    "nansum over dim=()": lambda d: torch.nansum(_t([[1.0], [float("nan")], [3.0]], torch.float32, d), dim=()),
+    "nanmean over dim=() keepdim": lambda d: torch.nanmean(_t([[1.0], [float("nan")], [3.0]], torch.float32, d), dim=(), keepdim=True),
+    "bucketize with no boundaries": lambda d: torch.bucketize(_t([1.0, 2.0], torch.float32, d), _t([], torch.float32, d)),
+    "bucketize of a 0-dim input": lambda d: torch.bucketize(_t(2.0, torch.float32, d), _t([1.0, 2.0, 3.0], torch.float32, d), right=True),
+    "bucketize with 2-d boundaries": lambda d: torch.bucketize(_t([1.0], torch.float32, d), _t([[1.0]], torch.float32, d)),
+    "take_along_dim of an empty tensor": lambda d: torch.take_along_dim(torch.zeros(3, 0, device=d), torch.zeros(3, 0, dtype=torch.int64, device=d), dim=1),
+    "empty int floor division by 0": lambda d: torch.div(torch.zeros(0, dtype=torch.int64, device=d), 0, rounding_mode="floor"),
+    "int64 >> bool": lambda d: _t([5, -8], torch.int64, d) >> _t(True, torch.bool, d),
+    "bool << int16": lambda d: _t([True, False], torch.bool, d) << _t([1, 2], torch.int16, d),
+    "bool >> 1": lambda d: _t([True, False], torch.bool, d) >> 1,
+    "index into a zero-size dim": lambda d: torch.zeros(3, 0, device=d)[:, [-1]],
+    "index_put_ into an empty tensor": lambda d: torch.zeros(0, device=d).index_put_((_t([0], torch.int64, d),), _t([1.0], torch.float32, d), accumulate=True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(_FUZZER_CASES))
+def test_fuzzer_found_results_match_cpu(name):
+    def outcome(device):
+        try:
+            return _FUZZER_CASES[name](device).cpu()
+        except Exception as e:  # noqa: BLE001
+            return type(e), str(e)
+
+    cpu, tpu = outcome("cpu"), outcome("tpu")
+    if isinstance(cpu, tuple):
+        assert tpu == cpu
+    else:
+        assert isinstance(tpu, torch.Tensor), tpu
+        assert tpu.dtype == cpu.dtype
+        torch.testing.assert_close(tpu, cpu, equal_nan=True)
+
+
 @pytest.mark.parametrize("name", sorted(_GROWING_IN_PLACE))
 def test_in_place_op_does_not_grow_self(name):
     results = {}

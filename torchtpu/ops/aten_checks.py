@@ -60,6 +60,8 @@ def read_and_written(sch, values):
     return found
 
 
+_SHIFTS = {"aten::__lshift__", "aten::__rshift__", "aten::bitwise_left_shift", "aten::bitwise_right_shift"}
+
 # in-place ops whose purpose is to change self's shape
 _RESHAPES_SELF = {
     "aten::resize_", "aten::resize_as_", "aten::set_", "aten::as_strided_", "aten::t_", "aten::transpose_",
@@ -85,6 +87,21 @@ def meta_arguments(sch, meta_values):
         if isinstance(dim, (list, tuple)) and t.dim() > 0:
             meta_values = list(meta_values)
             meta_values[sch.names.index("dim")] = [d % t.dim() for d in dim]
+    if sch.op._schema.name in _SHIFTS and not sch.mutated:
+        # ATen promotes a bool operand next to an integer one (`bool_mask << 1`
+        # is int64); PyTorch's meta kernel rejects any bool operand
+        tensors = [v for v in meta_values[:2] if isinstance(v, torch.Tensor)]
+        if any(t.dtype == torch.bool for t in tensors) and not all(
+            (v.dtype == torch.bool) if isinstance(v, torch.Tensor) else isinstance(v, bool) for v in meta_values[:2]
+        ):
+            common = torch.result_type(*meta_values[:2])
+            meta_values = [v.to(common) if isinstance(v, torch.Tensor) and v.dtype == torch.bool else v
+                           for v in meta_values]
+    if sch.op._schema.name == "aten::nansum" and meta_values[1] is not None and len(meta_values[1]) == 0:
+        # ATen's kernel reduces every dim for dim=() (as sum does); its meta
+        # kernel reduced none (nansum and nanmean raised; found by a fuzzer)
+        meta_values = list(meta_values)
+        meta_values[1] = None
     return meta_values
 
 

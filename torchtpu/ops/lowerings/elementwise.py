@@ -493,8 +493,9 @@ def trunc_div(a, b):
 def _no_integer_division_by_zero(ctx, dt, other):
     """ATen's integer division kernels raise for a zero divisor.  A Python
     number is checked here, or on the device when traced (a wrapped scalar);
-    a tensor divisor is not (see README)."""
-    if is_inexact(dt) or jnp.ndim(other) != 0:
+    a tensor divisor is not (see README).  An empty result divides nothing:
+    no error (take_along_dim of an empty tensor takes its indices % 0)."""
+    if is_inexact(dt) or jnp.ndim(other) != 0 or 0 in ctx.out_shape:
         return
     if type(other) in (int, float, bool):
         if other == 0:

@@ -228,9 +228,3 @@ def complex_(ctx, real, imag):
 @lower_view(aten.polar)
 def polar(ctx, abs_, angle):
     return complex_(ctx, abs_ * jnp.cos(angle), abs_ * jnp.sin(angle))
-
-
-@lower_view(aten.bucketize.Tensor, aten.bucketize.Scalar)
-def bucketize(ctx, x, boundaries, out_int32=False, right=False):
-    # right=False: boundaries[i-1] < x <= boundaries[i]
-    return jnp.searchsorted(boundaries, jnp.asarray(x), side="right" if right else "left").astype(ctx.out_dtype)

@@ -479,6 +479,8 @@ def check_advanced_indices(ctx, self, indices):
     for d, idx in enumerate(indices):
         if idx is not None:
             size = self.shape[d] if d < self.ndim else 1
+            if size == 0 and idx.size:  # (every index is out of range: ATen's own message, at the call)
+                raise IndexError("index is out of bounds for dimension with size 0")
             ctx.check_index(idx, size, _bounds_message(d, size), IndexError)
 
 

@@ -284,6 +284,16 @@ def cummin_helper(ctx, self, values, indices, dim):
 # -------------------------------------------------------------- searchsorted
 
 
+@lower(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(ctx, x, boundaries, out_int32=False, right=False):
+    """right=False: boundaries[i-1] < x <= boundaries[i].  (Eager mode used
+    PyTorch's decomposition, which returns zeros of x's dtype, not int64, for
+    empty boundaries.)"""
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    return jnp.searchsorted(boundaries, jnp.asarray(x), side="right" if right else "left").astype(ctx.out_dtype)
+
+
 @lower(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def searchsorted(ctx, sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
     """Per row of the sorted sequence (1-d: one row for every value)."""
