@@ -118,6 +118,50 @@ def test_default_inductor_backend_says_to_use_backend_tpu():
     assert "torch_tpu'" not in str(error.value)
 
 
+class _RoutedExperts(torch.nn.Module):
+    """Mixtral-style routing as Hugging Face writes it: top-k gates, one_hot,
+    torch.where per expert (a graph break), index_add_."""
+
+    def __init__(self, d=32, experts=4):
+        super().__init__()
+        self.gate = torch.nn.Linear(d, experts, bias=False)
+        self.experts = torch.nn.ModuleList(torch.nn.Linear(d, d, bias=False) for _ in range(experts))
+
+    def forward(self, x):
+        b, s, h = x.shape
+        x = x.view(-1, h)
+        weights, chosen = torch.topk(F.softmax(self.gate(x), dim=1, dtype=torch.float), 2, dim=-1)
+        out = torch.zeros_like(x)
+        mask = F.one_hot(chosen, num_classes=len(self.experts)).permute(2, 1, 0)
+        for e, expert in enumerate(self.experts):
+            slot, rows = torch.where(mask[e])
+            out.index_add_(0, rows, F.silu(expert(x[None, rows].reshape(-1, h))) * weights[rows, slot, None])
+        return out.reshape(b, s, h)
+
+
+def test_compiled_routed_experts_train_without_host_syncs():
+    # Found by an LLM probe: the third step crashed in the device-side checks'
+    # folding (runtime/checks.py), which a graph's runner called in the eager
+    # region between graph breaks, where dynamo's frame hook traced into JAX.
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Embedding(100, 32), _RoutedExperts(), _RoutedExperts(), torch.nn.Linear(32, 100))
+    model = copy.deepcopy(ref).to("tpu")
+    ids = torch.randint(0, 100, (2, 16))
+    compiled = torch.compile(lambda m, i: F.cross_entropy(m(i).view(-1, 100), i.view(-1)), backend="tpu")
+    losses = {}
+    for m, device, fn in ((ref, "cpu", lambda m, i: F.cross_entropy(m(i).view(-1, 100), i.view(-1))), (model, "tpu", compiled)):
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        out = []
+        for _ in range(5):  # no host read inside the loop
+            opt.zero_grad()
+            loss = fn(m, ids.to(device))
+            loss.backward()
+            opt.step()
+            out.append(loss.detach())
+        losses[device] = torch.stack(out).cpu()
+    assert_close(losses["tpu"].to("tpu"), losses["cpu"], rtol=1e-4, atol=1e-5)
+
+
 def test_batchnorm_eval_parity():
     torch.manual_seed(0)
     model = CNN(dropout=0.0)

@@ -12,6 +12,8 @@ Codes are folded on the device in blocks, so a long run without a sync keeps
 only a few of them alive.  (No JAX import at module level: the list exists
 from `import torch` on.)"""
 
+from . import outside_dynamo
+
 # [(int64[2] code on device, ((message, error class, op name), ...))]
 pending: list = []
 
@@ -67,9 +69,16 @@ def _fold_block(items):
 
 
 def maybe_fold():
-    """Keep the pending list short (called by the dispatchers)."""
+    """Keep the pending list short (called by the dispatchers).  Outside
+    dynamo: a compiled graph's runner calls this in the eager region after a
+    graph break, where dynamo's frame hook would trace into JAX (a compiled
+    MoE with `torch.where` routing crashed at its third step)."""
     if len(pending) < 2 * _BLOCK:
         return
+    outside_dynamo.call(_fold_pending)
+
+
+def _fold_pending():
     items = pending[:]
     del pending[:]
     by_device = {}
