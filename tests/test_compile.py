@@ -990,6 +990,9 @@ def test_dynamic_mean_over_no_element_is_nan():
 _PADDED_CASES = {
     # counting from the end of a padded dim: the padding is there
     "slice from the end": lambda x: (x * 2)[..., :-1] + 1,
+    "slice between both ends": lambda x: (x * 2)[:, 1:-2].cumsum(1),
+    # Llama's RoPE: complex views of a (..., 2) pair dim
+    "view_as_complex": lambda x: torch.view_as_real(torch.view_as_complex(torch.stack([x, x * 2], -1)) * (1 + 2j)).cumsum(1),
     # bool/integer inputs: no infinity to pad with
     "logsumexp of bool": lambda x: torch.logsumexp(x > 0, -1),
     "amax of bool": lambda x: (x > 0).amax(-1),
@@ -1091,6 +1094,36 @@ def test_dynamic_shapes_padding_rules(name):
             (want * w).sum().backward()
             (got * w.to("tpu")).sum().backward()
             assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_causal_lm_loss_shift_and_rope_stay_bucketed():
+    # logits[:, :-1] (every Hugging Face causal-LM loss) and Meta's
+    # view_as_complex RoPE kept the sequence length exact: one compilation
+    # per length (found by an LLM probe)
+    torch.manual_seed(0)
+    emb, head = torch.nn.Embedding(50, 8), torch.nn.Linear(8, 50)
+
+    def loss(ids, freqs, emb, head):
+        h = emb(ids)
+        h = torch.view_as_real(torch.view_as_complex(h.reshape(*h.shape[:-1], -1, 2)) * freqs).flatten(-2)
+        logits = head(torch.tanh(h))
+        return F.cross_entropy(logits[:, :-1].reshape(-1, 50), ids[:, 1:].reshape(-1))
+
+    emb_t, head_t = copy.deepcopy(emb).to("tpu"), copy.deepcopy(head).to("tpu")
+    compiled = torch.compile(loss, backend="tpu", dynamic=True)
+    before = _graph_stats()["compilations"]
+    for length in (9, 11, 12, 14, 16):
+        ids = torch.randint(0, 50, (2, length))
+        freqs = torch.polar(torch.ones(length, 4), torch.randn(length, 4))
+        want = loss(ids, freqs, emb, head)
+        got = compiled(ids.to("tpu"), freqs.to("tpu"), emb_t, head_t)
+        want.backward()
+        got.backward()
+        assert_close(got, want.detach(), **TOL)
+        for p, q in zip([*emb_t.parameters(), *head_t.parameters()], [*emb.parameters(), *head.parameters()]):
+            assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
+    assert _graph_stats()["compilations"] - before <= 2  # forward and backward, one bucket
 
 
 # Reshapes that move real elements across a padded dim's padding (found by a

@@ -605,11 +605,16 @@ class MaskRules:
             return lowering_fn(ctx, *values), [masks[0]]
         if op in NEW_FACTORIES:
             return lowering_fn(ctx, *values), self._fresh_masks(out_meta)
+        if op in (aten.view_as_complex.default, aten.view_as_real.default):
+            # (their static last dim of 2 is the complex parts: Llama's RoPE)
+            full = _full(masks[0], jnp.shape(values[0]))
+            mask = full[..., 0] if op == aten.view_as_complex.default else jnp.stack([full, full], axis=-1)
+            return lowering_fn(ctx, *values), [mask]
         if op in VIEW_LOWERINGS and op not in (aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default):
             # A view moves elements around: the same view of the mask says
             # which moved elements are real -- unless it counts from the end
             # of a padded dim (x[..., :-1]), where padding is.
-            self._check_from_end(op, values, in_metas)
+            end_cut = self._check_from_end(op, values, in_metas)
             if op in RESHAPES and not self._reshape_keeps_layout(node, in_metas[0], out_meta[0]):
                 return self._reshape_by_gather(node, values[0], in_metas[0], out_meta[0])
             result = lowering_fn(ctx, *values)
@@ -619,6 +624,8 @@ class MaskRules:
                 mask = jnp.all(mask, axis=-1, keepdims=True)
             if op == aten.expand.default:
                 mask = self._expanded_to_a_padded_size(mask, in_metas[0], out_meta[0])
+            if end_cut is not None:  # the real elements the cut leaves: a prefix of its true size
+                mask = mask & self.shapes.prefix_mask(out_meta[0], dims=[end_cut])
             return result, list(mask) if isinstance(mask, (tuple, list)) else [mask]
         if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE:
             return self._reduction(op, values, masks, lowering_fn, ctx)
@@ -957,13 +964,23 @@ class MaskRules:
         return true, tuple(padded)
 
     def _check_from_end(self, op, values, in_metas):
+        """Unpaddable for a view counting from the end of a padded dim; the
+        dim for a step-1 slice from a start >= 0 to a negative end along a
+        padded prefix dim (`logits[:, :-1]`, the shift of every causal-LM
+        loss): its real elements are a prefix of the slice, masked by the
+        caller.  None otherwise."""
         indices = {aten.slice.Tensor: (2, 3), aten.narrow.default: (2,), aten.select.int: (2,)}.get(op)
         if indices is None:
-            return
+            return None
         meta = in_metas[0]
         dim = values[1] % max(meta.dim(), 1)
         if not self.shapes.is_padded_dim(meta.shape[dim]):
-            return
+            return None
+        if op == aten.slice.Tensor and self.shapes.is_prefix(meta.shape[dim]):
+            start, end = values[2], values[3] if len(values) > 3 else None
+            step = values[4] if len(values) > 4 else 1
+            if (start is None or (isinstance(start, int) and start >= 0)) and isinstance(end, int) and end < 0 and step == 1:
+                return dim
         for i in indices:
             v = values[i] if i < len(values) else None
             if isinstance(v, int) and v < 0:
