@@ -6,8 +6,8 @@ on our tensors the default `torch.compile` failed with "No module named
 'torch_tpu'" -- which reads as "install torch_tpu".  Inductor has no code
 generator for our device (ours compiles whole graphs: backend="tpu"), so we
 register, through inductor's own `register_backend_for_device`, a scheduling
-for "tpu" that says so and what to do.  Graphs whose tpu work is all extern
-kernels (a lone matmul) keep running: only generated kernels need it.
+for "tpu" that says so and what to do (inductor asks for it as soon as it
+generates a tpu kernel).
 
 Inductor registers its generators lazily, and only for devices that have none
 yet, so ours must come first.  Importing inductor at `import torchtpu` costs
