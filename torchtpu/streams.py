@@ -123,7 +123,7 @@ class _EventState:
 
 
 _events: dict = {}  # event id -> _EventState
-_waiters: dict = {}  # device index -> queue of (state, generation, marker)
+_waiters: dict = {}  # device index -> (queue of (state, generation, marker), its thread)
 
 
 def _waiter_loop(q):
@@ -143,22 +143,18 @@ def _waiter_loop(q):
 
 
 def _waiter(device: int):
-    q = _waiters.get(device)
-    if q is None:
+    waiter = _waiters.get(device)
+    if waiter is None:
         with _lock:
-            q = _waiters.get(device)
-            if q is None:
+            waiter = _waiters.get(device)
+            if waiter is None:
                 q = queue.SimpleQueue()
                 thread = threading.Thread(
                     target=_waiter_loop, args=(q,), name=f"torchtpu-event-timer-{device}", daemon=True
                 )
                 thread.start()
-                _waiter_threads.append(thread)
-                _waiters[device] = q
-    return q
-
-
-_waiter_threads: list = []
+                waiter = _waiters[device] = (q, thread)
+    return waiter[0]
 
 
 @atexit.register
@@ -167,16 +163,15 @@ def _stop_waiters():
     finalizes: a daemon thread still blocked in a marker's
     block_until_ready() then was torn down inside C++ and aborted the
     process (SIGABRT at exit after recording a timing event behind work)."""
-    for q in _waiters.values():
+    for q, _ in _waiters.values():
         q.put(None)
-    for thread in _waiter_threads:
+    for _, thread in _waiters.values():
         thread.join()
 
 
 def _after_fork_in_child():
     # The waiter threads did not survive the fork.
     _waiters.clear()
-    _waiter_threads.clear()
 
 
 if hasattr(os, "register_at_fork"):

@@ -19,32 +19,29 @@ def before_meta(sch, values):
         check(sch, values)
 
 
-def in_place_meta(sch, values, call_meta):
+def in_place_meta(sch, values, meta_values, call_meta):
     """Run the meta kernel; an in-place op whose other operand broadcasts
     past `self` raises ATen's error.  PyTorch's reference meta kernels of
     many in-place ops (clamp_min_, remainder_, pow_, bitwise ops, shifts,
     comparisons, ...) are out= wrappers that resize `self` with a deprecation
     warning, so on tpu `v.clamp_min_(ones(3, 1))` grew the view v and wrote
     past it into its base."""
-    if not read_and_written(sch, values) or sch.op._schema.name in _RESHAPES_SELF:
+    written = [] if sch.op._schema.name in _RESHAPES_SELF else _read_and_written(sch, values)
+    if not written:
         return call_meta()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
-        return call_meta()
-
-
-def check_in_place_shapes(sch, values, meta_values):
-    if sch.op._schema.name in _RESHAPES_SELF:
-        return
-    for p in read_and_written(sch, values):
+        result = call_meta()
+    for p in written:
         real, meta = values[p], meta_values[p]
         if tuple(meta.shape) != tuple(real.shape):
             raise RuntimeError(
                 f"output with shape {list(real.shape)} doesn't match the broadcast shape {list(meta.shape)}"
             )
+    return result
 
 
-def read_and_written(sch, values):
+def _read_and_written(sch, values):
     """Written tensors that are also read: `self` of an in-place op, and an
     out= tensor passed as an input too (`mul_out(x, x, y)`, which ATen's own
     composites such as ldexp_ call) -- TensorIterator never resizes those."""
@@ -70,7 +67,6 @@ _RESHAPES_SELF = {
 
 
 def after_meta(sch, values, meta_values):
-    check_in_place_shapes(sch, values, meta_values)
     if not _copies_onto_itself(sch, values):
         _check_internal_overlap(sch, values)
         _check_partial_overlap(sch, values)

@@ -87,12 +87,20 @@ def device_mismatch(a, b):
     )
 
 
-def _first_tpu_device(values):
-    for v in values:
-        for t in v if isinstance(v, (list, tuple)) else (v,):
-            if isinstance(t, torch.Tensor) and t.device.type == "tpu":
-                return str(t.device)
-    return f"tpu:{_C._current_device()}"
+def first_tpu_device(args, kwargs=None):
+    """The tpu device of a call: its first tpu tensor's (or device=
+    argument's), else the current device."""
+    found = []
+
+    def visit(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu" or isinstance(x, torch.device) and x.type == "tpu":
+            found.append(x.device if isinstance(x, torch.Tensor) else x)
+        return x
+
+    torch.utils._pytree.tree_map(visit, (args, kwargs or {}))
+    if not found or found[0].index is None:
+        return torch.device("tpu", _C._current_device())
+    return found[0]
 
 
 # ------------------------------------------------------------ per call
@@ -170,7 +178,7 @@ class Call:
                     parts.append(None)
                 elif isinstance(v, torch.Tensor):
                     if v.is_cpu and i in sch.mutated:  # (a CPU scalar may be read, never written)
-                        raise device_mismatch(_first_tpu_device(values), "cpu")
+                        raise device_mismatch(first_tpu_device(values), "cpu")
                     parts.append(self.tensor_key(v, trace_offsets))
                 else:  # a wrapped number (`x + 2`) reaches Python kernels as a number
                     parts.append(self.scalar_key(v, i in dynamic))
@@ -550,7 +558,7 @@ def _build(entry, values, call, key):
     if lowering.accepts is not None and not lowering.accepts(*margs, **mkwargs):
         raise Declined(f"the lowering of {sch.op} does not take these arguments")
     try:
-        meta_out = aten_checks.in_place_meta(sch, values, lambda: sch.op(*margs, **mkwargs))
+        meta_out = aten_checks.in_place_meta(sch, values, meta_values, lambda: sch.op(*margs, **mkwargs))
     except (NotImplementedError, AttributeError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
         # (AttributeError: a broken meta kernel in PyTorch itself)
         if lowering.meta is None or not isinstance(e, NotImplementedError):

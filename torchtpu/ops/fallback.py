@@ -13,7 +13,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import sparse_layouts
-from .dispatch import device_mismatch
+from .dispatch import device_mismatch, first_tpu_device
 from .schema import schema_of
 
 _counts: Counter = Counter()
@@ -90,23 +90,6 @@ def handle(op, args, kwargs):
     return run_on_cpu(op, args, kwargs)
 
 
-def _tpu_device(args, kwargs):
-    found = []
-
-    def visit(x):
-        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
-            found.append(x.device)
-        elif isinstance(x, torch.device) and x.type == "tpu":
-            found.append(x)
-        return x
-
-    tree_map(visit, (args, kwargs))
-    if not found:
-        return torch.device("tpu", torch.tpu.current_device())
-    device = found[0]
-    return device if device.index is not None else torch.device("tpu", torch.tpu.current_device())
-
-
 def run_on_cpu(op, args, kwargs):
     name = str(op)
     mode = _mode()
@@ -124,7 +107,7 @@ def run_on_cpu(op, args, kwargs):
             f"per op; torchtpu.fallback_counts() counts the calls)",
             stacklevel=3,
         )
-    device = _tpu_device(args, kwargs)
+    device = first_tpu_device(args, kwargs)
 
     def to_cpu(x):
         if isinstance(x, torch.Tensor) and x.device.type == "tpu":

@@ -285,9 +285,7 @@ def _masked_fill_fast_path(op, self, indices, values, accumulate):
     if mask.dtype != torch.bool:
         mask = mask.bool()
     mask = mask.reshape((1,) * d + tuple(mask.shape) + (1,) * (self.dim() - d - mask.dim()))
-    value = values.reshape(())
-    if value.device != self.device:
-        value = value.to(self.device)
+    value = values.reshape(())  # (on self's device: the handler moved it)
     inplace = op._schema.name.endswith("_")
     return self.masked_fill_(mask, value) if inplace else self.masked_fill(mask, value)
 
@@ -302,10 +300,13 @@ def _index_put_handler(op):
         values = sch.normalize(args, kwargs)
         self, indices, vals = values[0], list(values[1]), values[2]
         accumulate = values[3] if len(values) > 3 else False
-        if self.device.type != "tpu" and vals.device.type == "tpu" and vals.dim() == 0:
-            # `cpu_losses[idx] = loss`: ATen moves a 0-dim value to self's device
-            values[2] = vals.to(self.device)
-            return op(*values)
+        if vals.device != self.device:
+            # ATen moves a 0-dim value to self's device (`cpu_losses[idx] = loss`)
+            if vals.dim() != 0:
+                raise dispatch.device_mismatch(self.device, vals.device)
+            vals = values[2] = vals.to(self.device)
+            if self.device.type != "tpu":
+                return op(*values)
         if vals.dtype != self.dtype:
             raise RuntimeError(
                 f"Index put requires the source and destination dtypes match, got "
@@ -319,10 +320,6 @@ def _index_put_handler(op):
         if new is None:
             return fallback.run_on_cpu(op, args, kwargs)
         values[1] = new
-        if vals.device != self.device:
-            if vals.dim() != 0:  # (ATen moves 0-dim values only)
-                raise dispatch.device_mismatch(self.device, vals.device)
-            values[2] = vals.to(self.device)
         return dispatch.run(op, values, {})
 
     return handler
