@@ -100,6 +100,15 @@ _FUZZER_CASES = {
     "bool >> 1": lambda d: _t([True, False], torch.bool, d) >> 1,
     "index into a zero-size dim": lambda d: torch.zeros(3, 0, device=d)[:, [-1]],
     "index_put_ into an empty tensor": lambda d: torch.zeros(0, device=d).index_put_((_t([0], torch.int64, d),), _t([1.0], torch.float32, d), accumulate=True),
+    # (stop 25's leftovers, fixed in stop 26)
+    "nan_to_num_ of complex": lambda d: _t([1 + 2j, complex(float("inf"), 1), complex(float("nan"), -float("inf"))], torch.complex64, d).nan_to_num_(),
+    "abs of complex into complex out=": lambda d: torch.abs(_t([3 + 4j], torch.complex64, d), out=torch.empty(0, dtype=torch.complex64, device=d)),
+    "abs of complex64 into complex128 out=": lambda d: torch.abs(_t([3 + 4j], torch.complex64, d), out=torch.empty(0, dtype=torch.complex128, device=d)),
+    "trace of bool": lambda d: torch.trace(torch.ones(2, 2, dtype=torch.bool, device=d)),
+    "signbit of complex": lambda d: torch.signbit(_t([1j], torch.complex64, d)),
+    "nonzero into int32 out=": lambda d: torch.nonzero(_t([1.0, 0.0], torch.float32, d), out=torch.empty(0, dtype=torch.int32, device=d)),
+    "masked_select into another dtype": lambda d: torch.masked_select(_t([1.0], torch.float32, d), _t([True], torch.bool, d), out=torch.empty(0, dtype=torch.float64, device=d)),
+    "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip
 
 

@@ -269,6 +269,12 @@ def _clamp_bounds(sch, values):
     _no_complex_clamp(sch, values)
 
 
+def _trace_dtype(sch, values):
+    # ATen's trace kernel has no bool or wide unsigned version
+    if values[0].dtype in (torch.bool, torch.uint16, torch.uint32, torch.uint64):
+        raise _not_implemented("trace", values[0].dtype)
+
+
 def _overloads(*names):
     """Each op name with its in-place form."""
     return [n for name in names for n in (f"aten::{name}", f"aten::{name}_")]
@@ -297,6 +303,8 @@ _BEFORE_META = {
     **dict.fromkeys(("aten::amax", "aten::amin", "aten::argmax", "aten::argmin", "aten::kthvalue", "aten::aminmax"),
                     _nonempty_reduction),
     "aten::topk": _topk_k_in_range,
+    "aten::trace": _trace_dtype,
+    "aten::signbit": _complex_unsupported("signbit is not implemented for complex tensors."),
     # (randn and randn_like of an integer dtype run as empty + normal_)
     "aten::normal_": _floating_kernel("normal_kernel_cpu"),
     **dict.fromkeys(
@@ -452,3 +460,35 @@ def masked_outputs(sch, values, meta_out):
 
 
 _META_IGNORES_OUTPUT_MASK = {torch.ops.aten.native_batch_norm_backward.default}
+
+
+def meta_kernel(op):
+    """The meta kernel to run for `op`: PyTorch's, or ours where PyTorch's
+    refuses arguments ATen's CPU/CUDA kernels take."""
+    return _META_KERNEL_FIXES.get(op, op)
+
+
+def _nan_to_num_in_place(self, nan=None, posinf=None, neginf=None):
+    # ATen replaces in the real and imaginary parts; the reference kernel
+    # calls isneginf, which refuses complex (the functional op has a meta)
+    if self.is_complex():
+        return self
+    return torch.ops.aten.nan_to_num_.default(self, nan, posinf, neginf)
+
+
+def _abs_out(self, *, out):
+    # ATen's abs_out casts the real result into a complex out=; the
+    # reference kernel insists on the real dtype
+    if not (self.is_complex() and out.is_complex()):
+        return torch.ops.aten.abs.out(self, out=out)
+    if out.dtype != self.dtype:
+        raise RuntimeError(f"Found dtype {c10_name(out.dtype)} but expected {c10_name(self.dtype)}")
+    if out.shape != self.shape:
+        out.resize_(self.shape)
+    return out
+
+
+_META_KERNEL_FIXES = {
+    torch.ops.aten.nan_to_num_.default: _nan_to_num_in_place,
+    torch.ops.aten.abs.out: _abs_out,
+}

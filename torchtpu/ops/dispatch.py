@@ -558,7 +558,8 @@ def _build(entry, values, call, key):
     if lowering.accepts is not None and not lowering.accepts(*margs, **mkwargs):
         raise Declined(f"the lowering of {sch.op} does not take these arguments")
     try:
-        meta_out = aten_checks.in_place_meta(sch, values, meta_values, lambda: sch.op(*margs, **mkwargs))
+        meta_op = aten_checks.meta_kernel(sch.op)
+        meta_out = aten_checks.in_place_meta(sch, values, meta_values, lambda: meta_op(*margs, **mkwargs))
     except (NotImplementedError, AttributeError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
         # (AttributeError: a broken meta kernel in PyTorch itself)
         if lowering.meta is None or not isinstance(e, NotImplementedError):

@@ -12,7 +12,7 @@ from collections import Counter
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import sparse_layouts
+from . import aten_checks, sparse_layouts
 from .dispatch import device_mismatch, first_tpu_device
 from .schema import schema_of
 
@@ -47,14 +47,13 @@ def _decomposition(op):
 _CPU_OK_ARGS = frozenset({"indices", "scalars", "steps", "state_steps"})
 
 
-def _check_devices(op, args, kwargs):
+def _check_devices(sch, values):
     """Same rule as the lowered path: one tpu device, and CPU tensors only as
     0-dim scalars (PyTorch's own error otherwise): falling back must not make
     a wrong program run."""
-    sch = schema_of(op)
     tpu = set()
     cpu = False
-    for name, value in zip(sch.names, sch.normalize(args, kwargs)):
+    for name, value in zip(sch.names, values):
         if name in _CPU_OK_ARGS:
             continue
         for x in value if isinstance(value, (list, tuple)) else (value,):
@@ -72,7 +71,10 @@ def _check_devices(op, args, kwargs):
 
 def handle(op, args, kwargs):
     """Run `op` without a lowering: decomposed if PyTorch can, else on CPU."""
-    _check_devices(op, args, kwargs)
+    sch = schema_of(op)
+    values = sch.normalize(args, kwargs)
+    _check_devices(sch, values)
+    aten_checks.before_meta(sch, values)  # (ATen's dtype checks a decomposition skips: trace of bool)
     active = getattr(_local, "decomposing", None)
     if active is None:
         active = _local.decomposing = set()

@@ -50,7 +50,11 @@ def _materialize(t):
     return materialize(t)
 
 
-def _to_out(out, result):
+def _to_out(out, result, dtype_error):
+    """Write a data-dependent result to out=; these ATen kernels never cast
+    (`dtype_error(result dtype name, out dtype name)` is their message)."""
+    if out.dtype != result.dtype:
+        raise RuntimeError(dtype_error(aten_checks.c10_name(result.dtype), aten_checks.c10_name(out.dtype)))
     out.resize_(result.shape)
     out.copy_(result)
     return out
@@ -109,7 +113,8 @@ def nonzero(self):
 
 @special(aten.nonzero.out)
 def nonzero_out(self, *, out):
-    return _to_out(out, nonzero_tensor(self))
+    return _to_out(out, nonzero_tensor(self),
+                   lambda want, got: f"nonzero: Expected out tensor to have scalar type {want} but got scalar type{got}")
 
 
 @lower(aten.nonzero_static.default, aten.nonzero_static.out)
@@ -158,7 +163,8 @@ def masked_select(self, mask):
 
 @special(aten.masked_select.out)
 def masked_select_out(self, mask, *, out):
-    return _to_out(out, masked_select_tensor(self, mask))
+    return _to_out(out, masked_select_tensor(self, mask),
+                   lambda want, got: "masked_select(): self and result must have the same scalar type")
 
 
 # -------------------------------------------------- boolean indexing
@@ -551,7 +557,14 @@ def repeat_interleave(repeats, output_size=None):
 
 @special(aten.repeat_interleave.Tensor_out)
 def repeat_interleave_out(repeats, *, output_size=None, out):
-    return _to_out(out, repeat_interleave_tensor(repeats, output_size))
+    return _to_out(out, repeat_interleave_tensor(repeats, output_size),
+                   lambda want, got: f"Expected out tensor to have dtype {_cpp_name(want)}, but got {_cpp_name(got)} instead")
+
+
+def _cpp_name(c10_name):
+    """The C++ type name some ATen messages print (typeid names)."""
+    return {"Long": "long int", "Int": "int", "Short": "short int", "Char": "signed char", "Byte": "unsigned char",
+            "Float": "float", "Double": "double", "Bool": "bool"}.get(c10_name, c10_name)
 
 
 # ------------------------------------------------------------ equal
