@@ -359,11 +359,15 @@ def test_exit_with_a_timing_event_in_flight_is_clean():
 @pytest.mark.parametrize(
     "name, write",
     [("add_ into a CPU scalar", lambda: torch.tensor(2.5).add_(torch.tensor(1.0, device="tpu:1"))),
-     ("out= a CPU scalar", lambda: torch.add(torch.tensor(1.0, device="tpu:1"), 1, out=torch.tensor(0.0)))],
+     ("out= a CPU scalar", lambda: torch.add(torch.tensor(1.0, device="tpu:1"), 1, out=torch.tensor(0.0))),
+     # (the CPU operand first: the message named tpu:0)
+     ("a CPU operand before a tpu:1 one", lambda: torch.ones(3) + torch.ones(3, device="tpu:1")),
+     ("a CPU tensor first in cat", lambda: torch.cat([torch.ones(3), torch.ones(3, device="tpu:1")]))],
 )  # fmt: skip
-def test_a_cpu_scalar_is_never_written_by_a_tpu_op(name, write):
+def test_cpu_tensor_with_a_tpu1_tensor_raises_pytorchs_mismatch(name, write):
     # as on CUDA: a CPU 0-dim tensor may be an operand, not the output
-    # (found by an API probe: an internal KeyError)
+    # (found by an API probe: an internal KeyError); the message names the
+    # call's tpu device
     with pytest.raises(RuntimeError, match="found at least two devices, tpu:1 and cpu"):
         write()
 

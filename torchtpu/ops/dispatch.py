@@ -109,7 +109,8 @@ def first_tpu_device(args, kwargs=None):
 class Call:
     """Runtime data gathered while building the key of one call."""
 
-    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "traced_views", "device", "requested", "generator")
+    __slots__ = ("addresses", "slot_of", "entries", "dyn", "infos", "traced_views", "device", "requested", "generator",
+                 "operands")
 
     def __init__(self):
         self.addresses = []  # slot -> storage address
@@ -121,6 +122,7 @@ class Call:
         self.device = None
         self.requested = None  # device= argument of a factory
         self.generator = None
+        self.operands = ()  # the call's values, for error messages
 
     def scalar_key(self, v, dynamic):
         """A Scalar's part of the key: its type (value traced) once its
@@ -136,12 +138,12 @@ class Call:
         slice's start passed traced (row_offsets.py)."""
         if t.is_cpu:
             if t.dim() != 0:
-                raise device_mismatch(f"tpu:{self.device or 0}", "cpu")
+                raise device_mismatch(self._tpu_device(), "cpu")
             dtype = t.dtype
             self.dyn.append(np.asarray(t.item(), dtype=to_jax(dtype)))
             return ("cpu", dtype, _is_wrapped(t))
         if t.device.type != "tpu":
-            raise device_mismatch(f"tpu:{self.device or 0}", t.device)
+            raise device_mismatch(self._tpu_device(), t.device)
         info = _tensor_info(t)
         address, nbytes, sizes, strides, offset, device = info
         if self.device is None:
@@ -165,7 +167,12 @@ class Call:
             offset = ("at", k, residual, span)
         return (sizes, strides, offset, t.dtype, slot, sig, nbytes, bits)
 
+    def _tpu_device(self):
+        """The call's tpu device (for an error found before any tpu tensor)."""
+        return f"tpu:{self.device}" if self.device is not None else first_tpu_device(self.operands)
+
     def key(self, sch, entry, values):
+        self.operands = values
         parts = [sch.op]
         trace_offsets = entry.trace_offsets
         kinds = entry.kinds
