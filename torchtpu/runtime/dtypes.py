@@ -108,10 +108,16 @@ def convert(x, dtype):
     if dtype == _E4M3FN and x.dtype != dtype and not jnp.issubdtype(x.dtype, jnp.complexfloating):
         # c10 saturates to the largest finite value (+-inf too: the type has
         # none); XLA's convert gives NaN.  NaN stays NaN (clip keeps it).
-        x = jnp.clip(x.astype(jnp.promote_types(x.dtype, jnp.float32)), -448.0, 448.0)
+        x = jnp.clip(x.astype(_wide_float(x.dtype)), -448.0, 448.0)
     if jnp.issubdtype(x.dtype, jnp.floating) and dtype in _FLOAT_TO_INT_VIA:
         return _float_to_int(x, dtype)
     return x.astype(dtype)
+
+
+def _wide_float(dtype):
+    """float64 for float64, else float32 (JAX has no promotion path from
+    the float8 types, so promote_types(float8, float32) raised)."""
+    return jnp.dtype(jnp.float64) if dtype == jnp.float64 else jnp.dtype(jnp.float32)
 
 
 def _float_to_int(x, dtype):
@@ -122,7 +128,7 @@ def _float_to_int(x, dtype):
     intermediate's range giving its minimum (x86's "integer indefinite"),
     then the low bits (`(x * 255).to(uint8)` of 256.0 is 0, not 255)."""
     via = _FLOAT_TO_INT_VIA[dtype]
-    wide = jnp.trunc(x.astype(jnp.promote_types(x.dtype, jnp.float32)))
+    wide = jnp.trunc(x.astype(_wide_float(x.dtype)))
     limit = 2.0 ** (jnp.iinfo(via).bits - 1)
     indefinite = jnp.isnan(wide) | (wide >= limit) | (wide < -limit)
     return jnp.where(indefinite, jnp.iinfo(via).min, wide.astype(via)).astype(dtype)
