@@ -108,6 +108,7 @@ _FUZZER_CASES = {
     "signbit of complex": lambda d: torch.signbit(_t([1j], torch.complex64, d)),
     "nonzero into int32 out=": lambda d: torch.nonzero(_t([1.0, 0.0], torch.float32, d), out=torch.empty(0, dtype=torch.int32, device=d)),
     "masked_select into another dtype": lambda d: torch.masked_select(_t([1.0], torch.float32, d), _t([True], torch.bool, d), out=torch.empty(0, dtype=torch.float64, device=d)),
+    "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip
 

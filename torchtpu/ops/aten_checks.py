@@ -177,6 +177,19 @@ def _same_source_dtype(message):
     return check
 
 
+_put_source_dtype = _same_source_dtype(
+    "put_(): self and source expected to have the same dtype, but got self.dtype = {} and source.dtype = {}")
+
+
+def _put_checks(sch, values):
+    # (the meta kernel broadcasts a source of another size)
+    _put_source_dtype(sch, values)
+    index, source = values[sch.names.index("index")], values[sch.names.index("source")]
+    if index.numel() != source.numel():
+        raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
+                         f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
+
+
 def _real_kernel(kernel_name):
     # ATen's kernel has no complex version (the meta kernel accepts it)
     def check(sch, values):
@@ -286,8 +299,7 @@ _BEFORE_META = {
         "index_add_(): self ({}) and source ({}) must have the same scalar type")),
     **dict.fromkeys(_overloads("index_copy"), _same_source_dtype(
         "index_copy_(): self and source expected to have the same dtype, but got (self) {} and (source) {}")),
-    **dict.fromkeys(_overloads("put"), _same_source_dtype(
-        "put_(): self and source expected to have the same dtype, but got self.dtype = {} and source.dtype = {}")),
+    **dict.fromkeys(_overloads("put"), _put_checks),
     **{f"aten::{name}": _complex_unsupported(f"{name} not implemented for complex tensors.", RuntimeError)
        for name in ("maximum", "minimum", "fmax", "fmin")},
     **dict.fromkeys(_overloads("atan2"), _real_kernel("atan2_cpu")),
