@@ -1033,7 +1033,32 @@ _PADDED_CASES = {
     "expand of a sum": lambda x: x.sum(-1, keepdim=True).expand_as(x),
     # a padded embedding dim (found by a probe: the columns' mask was dropped)
     "embedding of a padded table": lambda x: F.embedding(torch.tensor([[0, 1], [1, 0]], device=x.device), x) * 2,
+    # repeat: to a padded size from a size-1 dim (T5's causal mask), along a
+    # padded dim once, and tiling one (kept exact)
+    "repeat to a causal mask": lambda x: _t5_causal_mask(x).float().sum(-1) * x,
+    "repeat a new dim": lambda x: x.repeat(2, 1, 1).cumsum(2),
+    "repeat tiling the padded dim": lambda x: x.repeat(1, 2).cumsum(1),
 }
+
+
+def _t5_causal_mask(x):
+    ids = torch.arange(x.shape[1], device=x.device)
+    return ids[None, None, :].repeat(x.shape[0], x.shape[1], 1) <= ids[None, :, None]
+
+
+def test_dynamic_t5_causal_mask_stays_bucketed():
+    # T5 builds its causal mask with repeat, which had no padding rule: one
+    # compilation per length (found by an LLM probe)
+    def scores(x):
+        s = (x @ x.transpose(1, 2)).masked_fill(~_t5_causal_mask(x), -1e9)
+        return s.softmax(-1).sum(-1)
+
+    compiled = torch.compile(scores, backend="tpu", dynamic=True)
+    before = _graph_stats()["compilations"]
+    for length in range(9, 17):
+        x = torch.randn(2, length, 4)
+        assert_close(compiled(x.to("tpu")), scores(x), **TOL)
+    assert _graph_stats()["compilations"] - before == 1
 
 
 def test_dynamic_scatter_into_padded_data_stays_bucketed():

@@ -627,6 +627,8 @@ class MaskRules:
             if end_cut is not None:  # the real elements the cut leaves: a prefix of its true size
                 mask = mask & self.shapes.prefix_mask(out_meta[0], dims=[end_cut])
             return result, list(mask) if isinstance(mask, (tuple, list)) else [mask]
+        if op == aten.repeat.default:
+            return self._repeat(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
         if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE:
             return self._reduction(op, values, masks, lowering_fn, ctx)
         if op in SOFTMAX_BACKWARD:
@@ -694,6 +696,23 @@ class MaskRules:
         if not dims:
             return mask
         return mask & self.shapes.prefix_mask(out, dims=dims)
+
+    def _repeat(self, op, values, masks, in_metas, out_meta, fn, ctx):
+        """x.repeat(sizes): a padded dim of x repeated once keeps its mask;
+        tiled more often, its padding would land between real copies, so
+        its size is kept exact.  A dim of size 1 (or a new one) repeated to
+        a padded size (T5's causal mask: `ids[None, None].repeat(b, s, 1)`)
+        is real up to its true size, as for expand."""
+        x, meta, repeats = values[0], in_metas[0], in_metas[1]
+        offset = len(repeats) - meta.dim()
+        once = [type(r) is int and r == 1 for r in repeats]
+        tiled = [d + offset for d in self.shapes.padded_dims(meta) if not once[d + offset]]
+        tiled += [d for d in self.shapes.padded_dims(out_meta[0])
+                  if d >= offset and not once[d] and meta.shape[d - offset] != 1]  # (m copies of a padded count)
+        if tiled:
+            raise Unpaddable(f"{op} tiling a padded dim", self.shapes.padded_symbols([out_meta[0]], tiled))
+        mask = fn(ctx, _full(masks[0], jnp.shape(x)), *values[1:])
+        return fn(ctx, *values), [self._expanded_to_a_padded_size(mask, meta, out_meta[0])]
 
     def _padded_dim_end(self, op, in_metas):
         """The bucketed symbols of a slice's end (END_ARGS) along a padded dim,
