@@ -109,6 +109,8 @@ def convert(x, dtype):
         # c10 saturates to the largest finite value (+-inf too: the type has
         # none); XLA's convert gives NaN.  NaN stays NaN (clip keeps it).
         x = jnp.clip(x.astype(_wide_float(x.dtype)), -448.0, 448.0)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating) and dtype in _FLOAT_TO_INT_VIA:
+        x = jnp.real(x)  # (c10 converts the real part, as a float)
     if jnp.issubdtype(x.dtype, jnp.floating) and dtype in _FLOAT_TO_INT_VIA:
         return _float_to_int(x, dtype)
     return x.astype(dtype)
@@ -126,15 +128,28 @@ def _float_to_int(x, dtype):
     choice, so that negative floats wrap, on CUDA too), int32 for int8 and
     int16, the type itself for int32 and int64 --, NaN and values past the
     intermediate's range giving its minimum (x86's "integer indefinite"),
-    then the low bits (`(x * 255).to(uint8)` of 256.0 is 0, not 255)."""
-    via = _FLOAT_TO_INT_VIA[dtype]
+    then the low bits (`(x * 255).to(uint8)` of 256.0 is 0, not 255).
+    The wider unsigned types follow the compiler's code for static_cast:
+    uint16 through int32, uint32 through int64, uint64 exact up to 2**64."""
     wide = jnp.trunc(x.astype(_wide_float(x.dtype)))
+    if dtype == jnp.uint64:
+        # x86's sequence: below 2**63 as int64; above it, x - 2**63 as int64
+        # with the top bit flipped (2**64 and more give 0, NaN gives 2**63)
+        high = wide >= 2.0**63
+        low_bits = _truncate(jnp.where(high, wide - 2.0**63, wide), jnp.dtype(jnp.int64)).astype(dtype)
+        return jnp.where(high, low_bits ^ jnp.asarray(2**63, dtype), low_bits)
+    return _truncate(wide, _FLOAT_TO_INT_VIA[dtype]).astype(dtype)
+
+
+def _truncate(wide, via):
+    """Integral floats as the integer type `via`, NaN and values out of its
+    range giving its minimum (x86's "integer indefinite")."""
     limit = 2.0 ** (jnp.iinfo(via).bits - 1)
     indefinite = jnp.isnan(wide) | (wide >= limit) | (wide < -limit)
-    return jnp.where(indefinite, jnp.iinfo(via).min, wide.astype(via)).astype(dtype)
+    return jnp.where(indefinite, jnp.iinfo(via).min, wide.astype(via))
 
 
 _E4M3FN = jnp.dtype(jnp.float8_e4m3fn)
 _FLOAT_TO_INT_VIA = {jnp.dtype(k): jnp.dtype(v) for k, v in (
     (jnp.uint8, jnp.int64), (jnp.int8, jnp.int32), (jnp.int16, jnp.int32), (jnp.int32, jnp.int32),
-    (jnp.int64, jnp.int64))}
+    (jnp.int64, jnp.int64), (jnp.uint16, jnp.int32), (jnp.uint32, jnp.int64), (jnp.uint64, jnp.int64))}
