@@ -108,6 +108,8 @@ _FUZZER_CASES = {
     "signbit of complex": lambda d: torch.signbit(_t([1j], torch.complex64, d)),
     "nonzero into int32 out=": lambda d: torch.nonzero(_t([1.0, 0.0], torch.float32, d), out=torch.empty(0, dtype=torch.int32, device=d)),
     "masked_select into another dtype": lambda d: torch.masked_select(_t([1.0], torch.float32, d), _t([True], torch.bool, d), out=torch.empty(0, dtype=torch.float64, device=d)),
+    # (the shift loop ran ceil(-x) times: -inf hung, -1e30 too)
+    "polygamma at -inf and far below 0": lambda d: torch.special.polygamma(3, _t([-float("inf"), -1e30, -2.25, -40.75, -1000.3, float("inf"), float("nan")], torch.float64, d)),
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

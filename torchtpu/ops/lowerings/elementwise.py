@@ -250,20 +250,28 @@ def _digamma(x):
 
 
 def _polygamma(n, x):
-    """n >= 1.  x < 0: shift up by k = ceil(-x) with
-    psi_n(x) = psi_n(x + k) + (-1)^(n+1) n! sum_{j<k} (x + j)^-(n+1)
-    (what ATen's Hurwitz-zeta form computes; lax.polygamma needs x > 0)."""
+    """n >= 1.  x < 0: shift up by k = ceil(-x) to y = x + k in [0, 1) with
+    psi_n(x) = psi_n(y) + (-1)^(n+1) n! sum_{m=1..k} (y - m)^-(n+1)
+    (what ATen's Hurwitz-zeta form computes; lax.polygamma needs x > 0).
+    The sum's terms nearest the pole are added one by one, its tail
+    m > _NEAR as a difference of Hurwitz zetas: a loop to k hung for
+    x = -inf or -1e30 (found by a fuzzer)."""
+    s = n + 1
     shift = jnp.where(x < 0, jnp.ceil(-x), 0)
-
-    def body(state):
-        j, acc = state
-        term = jnp.where(j < shift, (x + j) ** -(n + 1), 0)
-        return j + 1, acc + term
-
-    _, acc = lax.while_loop(lambda s: s[0] < jnp.max(shift, initial=0), body, (jnp.zeros((), x.dtype), jnp.zeros_like(x)))
+    y = jnp.where(x < 0, x + shift, x)
+    acc = jnp.zeros_like(x)
+    for m in range(1, _NEAR + 1):
+        acc = acc + jnp.where(m <= shift, (m - y) ** -s, 0)
+    far = shift > _NEAR
+    q = jnp.where(far, 1 - y, 1)
+    acc = acc + jnp.where(far, jsp.zeta(s, q + _NEAR) - jsp.zeta(s, jnp.where(far, shift + 1 - y, 2)), 0)
     sign = 1.0 if n % 2 else -1.0
-    r = lax.polygamma(jnp.asarray(n, x.dtype), x + shift) + sign * math.factorial(n) * acc
-    return jnp.where((x <= 0) & (x == jnp.trunc(x)), sign * jnp.inf, r)  # (poles)
+    r = lax.polygamma(jnp.asarray(n, x.dtype), y) + sign * math.factorial(n) * (-1) ** s * acc
+    r = jnp.where(x == jnp.inf, jnp.nan, r)  # (ATen's zeta at q = inf)
+    return jnp.where((x <= 0) & (x == jnp.trunc(x)), sign * jnp.inf, r)  # (poles, -inf too)
+
+
+_NEAR = 16
 
 
 def _trigamma(x):
