@@ -741,6 +741,9 @@ class MaskRules:
         out = out_meta[0]
         d = dim % out.dim()
         keep = [i for i, m in enumerate(metas) if not (m.dim() == 1 and m.shape[0] == 0)]  # (cat skips these)
+        if not keep:  # (every piece empty: an empty result)
+            result = fn(ctx, *values)
+            return result, [jnp.zeros(jnp.shape(result), bool)]
         if not any(self.shapes.is_padded_dim(metas[i].shape[d]) for i in keep):
             return fn(ctx, *values), [jnp.concatenate([full[i] for i in keep], axis=d)]
         # Along a padded dim, each piece goes right after the previous one's
