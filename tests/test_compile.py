@@ -1038,12 +1038,45 @@ _PADDED_CASES = {
     "repeat to a causal mask": lambda x: _t5_causal_mask(x).float().sum(-1) * x,
     "repeat a new dim": lambda x: x.repeat(2, 1, 1).cumsum(2),
     "repeat tiling the padded dim": lambda x: x.repeat(1, 2).cumsum(1),
+    # all/any: padding is neutral (True for all, False for any)
+    "all and any": lambda x: (x > -0.5).all(1).float() + (x > 1).any(-1, keepdim=True).float().sum() + (x < 9).all(),
+    "all and any over dims": lambda x: torch.ops.aten.all.dims(x > -1, [0, 1]).float() + torch.ops.aten.any.dims(x > 1, [1]),
 }
 
 
 def _t5_causal_mask(x):
     ids = torch.arange(x.shape[1], device=x.device)
     return ids[None, None, :].repeat(x.shape[0], x.shape[1], 1) <= ids[None, :, None]
+
+
+def test_dynamic_one_hot_logits_against_marked_targets():
+    # one_hot's logits flattened to B*T against targets flattened alike, the
+    # sequence dims marked dynamic: the target's B*T was padded where the
+    # logits' was kept exact, and JAX's broadcasting error leaked (found by
+    # a compile probe); operands padded to different sizes now keep their
+    # symbols exact
+    def loss(idx, tgt, w):
+        return F.cross_entropy((F.one_hot(idx, 8).float() @ w).reshape(-1, 5), tgt.reshape(-1))
+
+    compiled = torch.compile(loss, backend="tpu")
+    w = torch.randn(8, 5)
+    for b, t in [(4, 7), (2, 3), (3, 5)]:
+        idx, tgt = torch.randint(0, 8, (b, t)), torch.randint(0, 5, (b, t))
+        idx_t, tgt_t = idx.to("tpu"), tgt.to("tpu")
+        torch._dynamo.mark_dynamic(idx_t, 1)
+        torch._dynamo.mark_dynamic(tgt_t, 1)
+        assert_close(compiled(idx_t, tgt_t, w.to("tpu")), loss(idx, tgt, w), **TOL)
+
+
+def test_dynamic_cat_of_empty_pieces():
+    # (found by a compile probe: JAX's "Need at least one array")
+    def flat(x):
+        return torch.cat([x.reshape(-1), x.reshape(-1) * 2])
+
+    compiled = torch.compile(flat, backend="tpu", dynamic=True)
+    for shape in [(4, 3), (3, 0), (0, 3), (2, 0, 3)]:
+        x = torch.randn(shape)
+        assert_close(compiled(x.to("tpu")), flat(x))
 
 
 def test_dynamic_t5_causal_mask_stays_bucketed():

@@ -229,6 +229,10 @@ SOFTMAX_LIKE = {aten._softmax.default, aten._log_softmax.default, aten._safe_sof
 SUM_LIKE = {aten.sum.dim_IntList, aten.sum.default}
 MAX_LIKE = {aten.amax.default: -jnp.inf, aten.amin.default: jnp.inf}
 MEAN = {aten.mean.dim, aten.mean.default}
+# all/any over any dims: padding filled with the neutral truth value (the
+# checks some decompositions add: one_hot's `all(0 <= idx)`)
+ANY_ALL = {aten.all.default: True, aten.all.dim: True, aten.all.dims: True,
+           aten.any.default: False, aten.any.dim: False, aten.any.dims: False}
 # Ops that work row by row along `dim`: op -> (position of the dim argument,
 # of keepdim or None for outputs that keep the dim).  Along a dim that is not
 # padded each row is real or padding as a whole; along a padded one only the
@@ -239,8 +243,7 @@ ROW_BY_ROW = {
     aten.cummax.default: (1, None), aten.cummin.default: (1, None),
     aten.kthvalue.default: (2, 3), aten.median.dim: (1, 2), aten.nanmedian.dim: (1, 2), aten.mode.default: (1, 2),
     aten.var.correction: (1, 3), aten.std.correction: (1, 3), aten.var_mean.correction: (1, 3),
-    aten.std_mean.correction: (1, 3), aten.prod.dim_int: (1, 2), aten.any.dim: (1, 2), aten.all.dim: (1, 2),
-    aten.any.dims: (1, 2), aten.all.dims: (1, 2), aten.linalg_vector_norm.default: (2, 3),
+    aten.std_mean.correction: (1, 3), aten.prod.dim_int: (1, 2), aten.linalg_vector_norm.default: (2, 3),
 }  # fmt: skip
 # along a padded dim whose real elements are a prefix, padding never wins
 # (filled with the lowest value for a max): the index found is the true one
@@ -629,7 +632,7 @@ class MaskRules:
             return result, list(mask) if isinstance(mask, (tuple, list)) else [mask]
         if op == aten.repeat.default:
             return self._repeat(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
-        if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE:
+        if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE or op in ANY_ALL:
             return self._reduction(op, values, masks, lowering_fn, ctx)
         if op in SOFTMAX_BACKWARD:
             grad, output = values[0], values[1]
@@ -1014,6 +1017,11 @@ class MaskRules:
 
     def _reduction(self, op, values, masks, fn, ctx):
         x, mask = values[0], masks[0]
+        if op in ANY_ALL:
+            dim = values[1] if len(values) > 1 else None
+            keepdim = bool(values[2]) if len(values) > 2 else False
+            values = [_neutral(x, mask, ANY_ALL[op])] + list(values[1:])
+            return fn(ctx, *values), [_any(mask, _dims(dim, x.ndim), keepdim, x.shape)]
         if op in SUM_LIKE:
             dims = _dims(values[1] if op == aten.sum.dim_IntList else None, x.ndim)
             keepdim = bool(values[2]) if op == aten.sum.dim_IntList else False

@@ -304,10 +304,21 @@ class GraphLowering:
             arg_masks = [self._mask_of(arg_nodes[i]) for i in positions]
             # (masks come from the symbolic metadata: which dims are padded)
             symbolic_in = sch.normalize(map_arg(node_args, _meta), map_arg(node_kwargs, _meta))
-            result, out_masks = self.rules.prepare(
-                node, op, args, arg_masks, [symbolic_in[i] for i in positions], _flat_meta(_meta(node)),
-                lowering.fn, ctx
-            )
+            in_metas = [symbolic_in[i] for i in positions]
+            try:
+                result, out_masks = self.rules.prepare(
+                    node, op, args, arg_masks, in_metas, _flat_meta(_meta(node)), lowering.fn, ctx
+                )
+            except (ValueError, TypeError) as e:
+                if "shape" not in str(e):
+                    raise
+                # Operands whose true sizes agree, padded to different sizes:
+                # related symbols of which only some were kept exact (a
+                # target's B*T against one_hot logits' B*T).  Their symbols
+                # are kept exact too.
+                metas = [m for v in in_metas for m in (v if isinstance(v, (list, tuple)) else [v])]
+                raise Unpaddable(f"{op}: operands padded to different sizes ({e})",
+                                 self.shapes.padded_symbols(metas)) from e
             self.masks[node] = out_masks if isinstance(node_meta, (tuple, list)) else out_masks[0]
         self.checks.extend((ok, value, message, error, str(op)) for ok, value, message, error in ctx.checks)
         return _conform(result, node_meta, op)
