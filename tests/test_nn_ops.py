@@ -797,6 +797,18 @@ def test_antialiased_resampling_scale_factor_and_bf16():
                                atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("kwargs", [
+    dict(scale_factor=1.3, mode="bilinear"), dict(size=(12, 14), mode="bilinear", align_corners=True),
+    dict(size=(12, 14), mode="bicubic"), dict(size=(3, 4), mode="bicubic", antialias=True),
+    dict(size=(3, 4), mode="bilinear", antialias=True)], ids=str)
+def test_float64_resampling_weights_in_float64(kwargs):
+    # ATen computes a double input's source positions and weights in double;
+    # tpu used float32 ones (errors ~1e-6; found by an nn probe)
+    x = torch.randn(1, 2, 9, 11, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(F.interpolate(x.to(TPU), **kwargs).cpu(), F.interpolate(x, **kwargs),
+                               rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("antialias", [False, True])
 def test_uint8_images_resample_like_the_cpu(antialias):
     # ATen resamples uint8 in 16-bit fixed point with rounding and clamping:

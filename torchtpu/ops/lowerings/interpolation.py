@@ -5,8 +5,8 @@ Every mode is separable: along each spatial dim, output position `o` reads a
 few input positions `idx[o, k]` with weights `w[o, k]` (1 tap for nearest,
 2 for linear, 4 for cubic).  Both tables depend only on sizes, scales and
 align_corners (static), so they are computed in numpy at trace time with
-ATen's CPU formulas, in float32 as ATen does (so nearest picks the same
-index at rounding boundaries).  The forward gathers the taps and sums them
+ATen's CPU formulas in its precision (float32; float64 for double inputs), so nearest picks the same
+index at rounding boundaries.  The forward gathers the taps and sums them
 (in float32 for 16-bit inputs); the backward is that function's VJP
 (a scatter-add), so gradients use exactly the forward's taps.
 """
@@ -23,23 +23,23 @@ aten = torch.ops.aten
 F32 = np.float32
 
 
-def _scale(n_in, n_out, align_corners, scale):
-    """ATen's area_pixel_compute_scale (float32)."""
+def _scale(n_in, n_out, align_corners, scale, R=F32):
+    """ATen's area_pixel_compute_scale (in `R`: float32, float64 for double inputs)."""
     if align_corners:
-        return F32(n_in - 1) / F32(n_out - 1) if n_out > 1 else F32(0)
+        return R(n_in - 1) / R(n_out - 1) if n_out > 1 else R(0)
     if scale is not None and scale > 0:
-        return F32(1.0 / scale)
-    return F32(n_in) / F32(n_out)
+        return R(1.0 / scale)
+    return R(n_in) / R(n_out)
 
 
-def _source(n_in, n_out, align_corners, scale, cubic):
+def _source(n_in, n_out, align_corners, scale, cubic, R):
     """ATen's area_pixel_compute_source_index for every output position."""
-    s = _scale(n_in, n_out, align_corners, scale)
-    dst = np.arange(n_out, dtype=F32)
+    s = _scale(n_in, n_out, align_corners, scale, R)
+    dst = np.arange(n_out, dtype=R)
     if align_corners:
         return s * dst
-    src = s * (dst + F32(0.5)) - F32(0.5)
-    return src if cubic else np.maximum(src, F32(0))
+    src = s * (dst + R(0.5)) - R(0.5)
+    return src if cubic else np.maximum(src, R(0))
 
 
 def _nearest(n_in, n_out, scale, exact=False):
@@ -55,20 +55,20 @@ def _nearest(n_in, n_out, scale, exact=False):
     return idx[:, None], np.ones((n_out, 1), F32)
 
 
-def _linear(n_in, n_out, align_corners, scale):
+def _linear(n_in, n_out, align_corners, scale, R):
     if n_in == n_out:
-        return np.arange(n_out)[:, None], np.ones((n_out, 1), F32)
-    src = _source(n_in, n_out, align_corners, scale, cubic=False)
+        return np.arange(n_out)[:, None], np.ones((n_out, 1), R)
+    src = _source(n_in, n_out, align_corners, scale, False, R)
     i0 = src.astype(np.int64)
     i1 = i0 + (i0 < n_in - 1)
-    l1 = np.clip(src - i0.astype(F32), F32(0), F32(1))
-    return np.stack([i0, i1], 1), np.stack([F32(1) - l1, l1], 1)
+    l1 = np.clip(src - i0.astype(R), R(0), R(1))
+    return np.stack([i0, i1], 1), np.stack([R(1) - l1, l1], 1)
 
 
-def _cubic(n_in, n_out, align_corners, scale, A=-0.75):
-    src = _source(n_in, n_out, align_corners, scale, cubic=True)
+def _cubic(n_in, n_out, align_corners, scale, R, A=-0.75):
+    src = _source(n_in, n_out, align_corners, scale, True, R)
     i = np.floor(src)
-    t = (src - i).astype(F32)
+    t = (src - i).astype(R)
 
     def conv1(x):  # |x| <= 1
         return ((A + 2) * x - (A + 3)) * x * x + 1
@@ -76,64 +76,67 @@ def _cubic(n_in, n_out, align_corners, scale, A=-0.75):
     def conv2(x):  # 1 < |x| < 2
         return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
 
-    w = np.stack([conv2(t + 1), conv1(t), conv1(1 - t), conv2(2 - t)], 1).astype(F32)
+    w = np.stack([conv2(t + 1), conv1(t), conv1(1 - t), conv2(2 - t)], 1).astype(R)
     idx = np.clip(i.astype(np.int64)[:, None] + np.arange(-1, 3), 0, n_in - 1)
     return idx, w
 
 
-def _aa_linear(x):
+def _aa_linear(x, R):
     x = np.abs(x)
-    return np.where(x < F32(1), F32(1) - x, F32(0)).astype(F32)
+    return np.where(x < R(1), R(1) - x, R(0)).astype(R)
 
 
-def _aa_cubic(x, A=F32(-0.5)):
+def _aa_cubic(x, R):
     """Keys' cubic with a = -0.5 (PIL's; plain bicubic uses -0.75)."""
+    A = R(-0.5)
     x = np.abs(x)
-    near = ((A + F32(2)) * x - (A + F32(3))) * x * x + F32(1)
-    far = ((A * x - F32(5) * A) * x + F32(8) * A) * x - F32(4) * A
-    return np.where(x < F32(1), near, np.where(x < F32(2), far, F32(0))).astype(F32)
+    near = ((A + R(2)) * x - (A + R(3))) * x * x + R(1)
+    far = ((A * x - R(5) * A) * x + R(8) * A) * x - R(4) * A
+    return np.where(x < R(1), near, np.where(x < R(2), far, R(0))).astype(R)
 
 
-def _antialiased(n_in, n_out, align_corners, scale, cubic):
+def _antialiased(n_in, n_out, align_corners, scale, cubic, R):
     """ATen's antialiased taps (_compute_weights_aa): when downsampling, the
     filter widens by the scale, so every input pixel under an output pixel
     contributes; weights are normalised to sum to 1.  Float32 steps and
     double intermediates as in the C++ (center, support and the filter's
     argument go through double)."""
-    s = _scale(n_in, n_out, align_corners, scale)
+    s = _scale(n_in, n_out, align_corners, scale, R)
     half_width = 2.0 if cubic else 1.0  # interp_size * 0.5
-    support = F32(half_width * np.float64(s)) if s >= 1 else F32(half_width)
-    invscale = F32(1.0 / np.float64(s)) if s >= 1 else F32(1)
+    support = R(half_width * np.float64(s)) if s >= 1 else R(half_width)
+    invscale = R(1.0 / np.float64(s)) if s >= 1 else R(1)
     rows = []
     for i in range(n_out):
-        center = F32(np.float64(s) * (i + 0.5))
+        center = R(np.float64(s) * (i + 0.5))
         xmin = max(int(np.float64(center - support) + 0.5), 0)
         xsize = min(int(np.float64(center + support) + 0.5), n_in) - xmin
-        offsets = np.arange(xmin, xmin + xsize).astype(F32) - center
-        w = (_aa_cubic if cubic else _aa_linear)(((offsets.astype(np.float64) + 0.5) * np.float64(invscale)).astype(F32))
-        total = F32(0)
+        offsets = np.arange(xmin, xmin + xsize).astype(R) - center
+        w = (_aa_cubic if cubic else _aa_linear)(((offsets.astype(np.float64) + 0.5) * np.float64(invscale)).astype(R), R)
+        total = R(0)
         for v in w:  # a running float sum, as the C++ loop
-            total = F32(total + v)
+            total = R(total + v)
         rows.append((xmin, w / total if total != 0 else w))
     taps = max(len(w) for _, w in rows)
     idx = np.zeros((n_out, taps), np.int64)
-    weights = np.zeros((n_out, taps), F32)
+    weights = np.zeros((n_out, taps), R)
     for i, (xmin, w) in enumerate(rows):
         idx[i] = np.minimum(xmin + np.arange(taps), n_in - 1)
         weights[i, : len(w)] = w
     return idx, weights
 
 
-def _taps(mode, n_in, n_out, align_corners, scale):
+def _taps(mode, n_in, n_out, align_corners, scale, R):
+    """R: the real type of ATen's index arithmetic (its opmath type: float32,
+    or float64 for double inputs; nearest always uses float32)."""
     if mode in ("linear-aa", "cubic-aa"):
-        return _antialiased(n_in, n_out, align_corners, scale, cubic=mode == "cubic-aa")
+        return _antialiased(n_in, n_out, align_corners, scale, mode == "cubic-aa", R)
     if mode == "nearest":
         return _nearest(n_in, n_out, scale)
     if mode == "nearest-exact":
         return _nearest(n_in, n_out, scale, exact=True)
     if mode == "linear":
-        return _linear(n_in, n_out, align_corners, scale)
-    return _cubic(n_in, n_out, align_corners, scale)
+        return _linear(n_in, n_out, align_corners, scale, R)
+    return _cubic(n_in, n_out, align_corners, scale, R)
 
 
 def _resample(x, mode, output_size, align_corners, scales):
@@ -149,7 +152,7 @@ def _resample(x, mode, output_size, align_corners, scales):
         dims = [d for d in reversed(dims) if d[1][0] != y.shape[y.ndim - nd + d[0]]]
     for k, (n_out, scale) in dims:
         axis = y.ndim - nd + k
-        idx, w = _taps(mode, y.shape[axis], n_out, align_corners, scale)
+        idx, w = _taps(mode, y.shape[axis], n_out, align_corners, scale, np.float64 if dt == jnp.float64 else F32)
         if idx.shape[1] == 1:
             y = jnp.take(y, jnp.asarray(idx[:, 0]), axis=axis)
             continue
