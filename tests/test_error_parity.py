@@ -110,6 +110,18 @@ _FUZZER_CASES = {
     "masked_select into another dtype": lambda d: torch.masked_select(_t([1.0], torch.float32, d), _t([True], torch.bool, d), out=torch.empty(0, dtype=torch.float64, device=d)),
     # (the shift loop ran ceil(-x) times: -inf hung, -1e30 too)
     "polygamma at -inf and far below 0": lambda d: torch.special.polygamma(3, _t([-float("inf"), -1e30, -2.25, -40.75, -1000.3, float("inf"), float("nan")], torch.float64, d)),
+    # (TensorIterator converts integer operands to the float result first: -5 stayed 251)
+    "copysign by a 0-dim int8 of a uint8": lambda d: torch.copysign(_t([37, 232], torch.uint8, d), _t(-5, torch.int8, d)),
+    "atan2 of uint8 by a 0-dim int8": lambda d: torch.atan2(_t([37, 232], torch.uint8, d), _t(-5, torch.int8, d)),
+    "logcumsumexp of complex infinities": lambda d: torch.logcumsumexp(_t([complex(float("inf"), -0.2), 1 + 1j, complex(-float("inf"), 0), complex(float("nan"), 1)], torch.complex64, d), 0),
+    "logcumsumexp of a 0-dim complex inf": lambda d: torch.logcumsumexp(_t(complex(float("inf"), -0.2), torch.complex64, d), 0),
+    "logcumsumexp of complex from -inf": lambda d: torch.logcumsumexp(_t([complex(-float("inf"), 0), 1 + 1j], torch.complex128, d), 0),
+    "mvlgamma at and below (p - 1) / 2": lambda d: torch.mvlgamma(_t([0.0, 0.4, 0.6, float("nan"), -3.5, -2.0], torch.float32, d), 2),
+    # alpha == 0 ignores the product as BLAS does (ATen's baddbmm and addr do not)
+    "addmm alpha=0 of an inf product": lambda d: torch.addmm(torch.ones(2, 2, device=d), torch.full((2, 2), float("inf"), device=d), torch.ones(2, 2, device=d), alpha=0, beta=0.5),
+    "addmv alpha=0 of an inf product": lambda d: torch.addmv(torch.ones(2, device=d), torch.full((2, 2), float("inf"), device=d), torch.ones(2, device=d), alpha=0),
+    "addbmm alpha=0 of an inf product": lambda d: torch.addbmm(torch.ones(2, 2, device=d), torch.full((1, 2, 2), float("inf"), device=d), torch.ones(1, 2, 2, device=d), alpha=0),
+    "baddbmm alpha=0 of an inf product": lambda d: torch.baddbmm(torch.ones(1, 2, 2, device=d), torch.full((1, 2, 2), float("inf"), device=d), torch.ones(1, 2, 2, device=d), alpha=0),
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

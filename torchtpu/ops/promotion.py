@@ -10,6 +10,9 @@ straight to the opmath type, which skips that rounding where it matters: a
 44 first), an int64 tensor meeting a float16 one.  So both the eager and the
 compiled path convert such operands here, for every lowering at once.
 
+Ops whose TensorIterator promotes integer inputs to float (copysign, atan2,
+true division, xlogy, ...) convert integer operands to the float result.
+
 Only conversions that can change a value are made (`can_cast` "safe" ones
 are exact; the lowering's own upcast does the same), and never from bool (a
 condition or mask operand).  Random ops keep their parameters' own dtypes,
@@ -30,9 +33,19 @@ def in_common_dtype(op, ctx, args, random=False):
     if len(tensors) < 2 or len({ctx.meta_args[i].dtype for i in tensors}) < 2:
         return args
     common = ctx.result_type(*tensors)
+    if op._schema.name in _INTEGERS_TO_FLOAT and not jnp.issubdtype(common, jnp.inexact) \
+            and jnp.issubdtype(ctx.out_dtype, jnp.inexact):
+        common = ctx.out_dtype  # (`copysign(uint8, tensor(-5, int8))`: -5, not 251)
     converted = list(args)
     for i in tensors:
         dtype = jnp.dtype(converted[i].dtype)
         if dtype != common and not jnp.can_cast(dtype, common, "safe"):
             converted[i] = convert(converted[i], common)
     return converted
+
+
+# ATen builds these with promote_integer_inputs_to_float
+_INTEGERS_TO_FLOAT = {
+    "aten::copysign", "aten::atan2", "aten::div", "aten::true_divide", "aten::xlogy", "aten::special_xlog1py",
+    "aten::special_zeta", "aten::igamma", "aten::igammac",
+}

@@ -54,11 +54,14 @@ def _scalar(s, dtype):
     return jnp.asarray(s).astype(dtype)
 
 
-def _combine(ctx, self, product, beta, alpha):
+def _combine(ctx, self, product, beta, alpha, blas=False):
     """beta * self + alpha * product in the accumulation dtype; beta == 0
-    ignores self."""
+    ignores self.  `blas`: alpha == 0 ignores the product, as BLAS gemm/gemv
+    (ATen's addmm, addmv, addbmm; its baddbmm and addr multiply by 0)."""
     acc = product.dtype
     out = product * _scalar(alpha, acc)
+    if blas:
+        out = jnp.where(jnp.asarray(alpha) == 0, jnp.zeros((), acc), out)
     self_term = self.astype(acc) * _scalar(beta, acc)
     # beta == 0 means "ignore self", not "multiply it by zero" (NaN stays out).
     self_term = jnp.where(jnp.asarray(beta) == 0, jnp.zeros((), acc), self_term)
@@ -79,7 +82,7 @@ def bmm(ctx, self, mat2, out_dtype=None):
 def addmm(ctx, self, mat1, mat2, *rest):
     # default: (beta, alpha); dtype overload: (out_dtype, beta, alpha)
     beta, alpha = rest[-2:]
-    return _combine(ctx, self, _product(ctx, mat1, mat2, ((1,), (0,))), beta, alpha)
+    return _combine(ctx, self, _product(ctx, mat1, mat2, ((1,), (0,))), beta, alpha, blas=True)
 
 
 @lower(aten.baddbmm)
@@ -91,7 +94,7 @@ def baddbmm(ctx, self, batch1, batch2, *rest):
 @lower(aten.addbmm)
 def addbmm(ctx, self, batch1, batch2, beta=1, alpha=1):
     # sum over the batch of batch1[i] @ batch2[i]: contract batch and inner dims.
-    return _combine(ctx, self, _product(ctx, batch1, batch2, ((0, 2), (0, 1))), beta, alpha)
+    return _combine(ctx, self, _product(ctx, batch1, batch2, ((0, 2), (0, 1))), beta, alpha, blas=True)
 
 
 @lower(aten.mv)
@@ -101,7 +104,7 @@ def mv(ctx, self, vec):
 
 @lower(aten.addmv)
 def addmv(ctx, self, mat, vec, beta=1, alpha=1):
-    return _combine(ctx, self, _product(ctx, mat, vec, ((1,), (0,))), beta, alpha)
+    return _combine(ctx, self, _product(ctx, mat, vec, ((1,), (0,))), beta, alpha, blas=True)
 
 
 @lower(aten.dot)
@@ -118,7 +121,7 @@ def vdot(ctx, self, other):
 
 @lower(aten._addmm_activation)
 def addmm_activation(ctx, self, mat1, mat2, beta=1, alpha=1, use_gelu=False):
-    out = _combine(ctx, self, _product(ctx, mat1, mat2, ((1,), (0,))), beta, alpha)
+    out = _combine(ctx, self, _product(ctx, mat1, mat2, ((1,), (0,))), beta, alpha, blas=True)
     # torch rounds the addmm result to the output dtype, then applies the
     # activation (in float32 for low dtypes) and rounds again.
     out = out.astype(ctx.out_dtype)

@@ -237,7 +237,23 @@ def cumprod(ctx, self, dim, dtype=None):
 @lower(aten.logcumsumexp.default, aten.logcumsumexp.out, aten._logcumsumexp.default)
 def logcumsumexp(ctx, self, dim):
     reject("logcumsumexp", self.dtype, ("bool", "int"))
+    if jnp.issubdtype(self.dtype, jnp.complexfloating):
+        return _scan(self, dim, ctx.out_dtype, lambda x, axis: lax.associative_scan(_log_add_exp_complex, x, axis=axis))
     return _scan(self, dim, ctx.out_dtype, lambda x, axis: lax.cumlogsumexp(x, axis=axis))
+
+
+def _log_add_exp_complex(a, b):
+    """log(exp(a) + exp(b)) as ATen's _log_add_exp_helper for complex: the
+    larger real part factored out, NaN real parts infectious, two -inf real
+    parts giving the first, two +inf ones computed directly (lax's
+    cumlogsumexp gave NaN for any infinite real part)."""
+    big = jnp.where(a.real >= b.real, a, b)
+    small = jnp.where(a.real >= b.real, b, a)
+    result = big + jnp.log1p(jnp.exp(small - big))
+    both_inf = jnp.isinf(a.real) & (a.real == b.real)
+    result = jnp.where(both_inf & (a.real < 0), a, jnp.where(both_inf, jnp.log(jnp.exp(a) + jnp.exp(b)), result))
+    nan = jnp.asarray(complex(jnp.nan, jnp.nan), a.dtype)
+    return jnp.where(jnp.isnan(a.real) | jnp.isnan(b.real), nan, result)
 
 
 def _cum_extreme(self, dim, largest):
