@@ -122,6 +122,11 @@ _FUZZER_CASES = {
     "addmv alpha=0 of an inf product": lambda d: torch.addmv(torch.ones(2, device=d), torch.full((2, 2), float("inf"), device=d), torch.ones(2, device=d), alpha=0),
     "addbmm alpha=0 of an inf product": lambda d: torch.addbmm(torch.ones(2, 2, device=d), torch.full((1, 2, 2), float("inf"), device=d), torch.ones(1, 2, 2, device=d), alpha=0),
     "baddbmm alpha=0 of an inf product": lambda d: torch.baddbmm(torch.ones(1, 2, 2, device=d), torch.full((1, 2, 2), float("inf"), device=d), torch.ones(1, 2, 2, device=d), alpha=0),
+    # NaN in distances: p = 0 counts it as NaN, cdist's running max for p = inf skips it, pdist's keeps it
+    **{f"{name} p={p} with NaN": (lambda fn, p: lambda d: fn(_t([[float("nan"), 1.0, 2.0], [0.0, float("nan"), 1.0]], torch.float32, d), p))(fn, p)
+       for name, fn in (("cdist", lambda x, p: torch.cdist(x, x.flip(0) * 2, p=p)),
+                        ("pdist", lambda x, p: torch.pdist(torch.cat([x, x * 0]), p=p)))
+       for p in (0.0, float("inf"))},
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

@@ -269,10 +269,15 @@ def thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
 # Gradients follow torch's formulas, including 0 where a distance is 0.
 
 
-def _pnorm(diff, p, acc):
+def _pnorm(diff, p, acc, inf_skips_nan=False):
+    """The p-norm of the last dim, NaN as ATen's distance kernels see it:
+    counted as NaN for p = 0; for p = inf skipped by cdist's running max
+    (`inf_skips_nan`: std::max(agg, nan) keeps agg) and kept by pdist's."""
     a = jnp.abs(diff)
     if p == 0:
-        return jnp.sum((a != 0).astype(acc), axis=-1)
+        return jnp.sum(jnp.where(jnp.isnan(a), a, (a != 0).astype(acc)), axis=-1)
+    if p == float("inf") and inf_skips_nan:
+        return jnp.max(jnp.where(jnp.isnan(a), 0, a), axis=-1, initial=0)
     if p == 1:
         return jnp.sum(a, axis=-1)
     if p == 2:
@@ -315,7 +320,7 @@ def _dist_grad(grad, diff, dist, p, acc):
 @lower(aten._cdist_forward)
 def cdist_forward(ctx, x1, x2, p, compute_mode=None):
     acc = acc_dtype(ctx.out_dtype)
-    return _pnorm(_pairwise_diff(x1.astype(acc), x2.astype(acc)), p, acc)
+    return _pnorm(_pairwise_diff(x1.astype(acc), x2.astype(acc)), p, acc, inf_skips_nan=True)
 
 
 @lower(aten._cdist_backward)
