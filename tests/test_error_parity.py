@@ -127,6 +127,7 @@ _FUZZER_CASES = {
        for name, fn in (("cdist", lambda x, p: torch.cdist(x, x.flip(0) * 2, p=p)),
                         ("pdist", lambda x, p: torch.pdist(torch.cat([x, x * 0]), p=p)))
        for p in (0.0, float("inf"))},
+    "conj_physical of a strided real into out=": lambda d: torch.conj_physical(torch.arange(6.0, device=d)[::2], out=torch.empty(0, device=d)),
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

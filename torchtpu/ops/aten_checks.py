@@ -372,7 +372,7 @@ def _overlap_status(a, b):
     overlap) or "unknown" (a layout with gaps or repeats: not checked)."""
     if a.numel() == 0 or b.numel() == 0:
         return None
-    if not (_non_overlapping_and_dense(a) and _non_overlapping_and_dense(b)):
+    if not (non_overlapping_and_dense(a) and non_overlapping_and_dense(b)):
         return "unknown"
     if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return None
@@ -383,7 +383,7 @@ def _overlap_status(a, b):
     return "partial" if a_begin < b_end and b_begin < a_end else None
 
 
-def _non_overlapping_and_dense(t):
+def non_overlapping_and_dense(t):
     expected = 1
     for stride, size in sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1):
         if stride != expected:

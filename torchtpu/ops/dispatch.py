@@ -760,7 +760,10 @@ def _match_resized_out_layout(sch, values, meta_values, call):
     func_out = aten_checks.functional_meta_result(sch, meta_values)
     for p, f in zip(outs, func_out):
         m = meta_values[p]
-        if p in resized and isinstance(f, torch.Tensor) and f.shape == m.shape and f.stride() != m.stride():
+        # (a dense layout only: the functional op may return a view of its
+        # input -- conj_physical of a real x[::2] -- which out= is not)
+        if (p in resized and isinstance(f, torch.Tensor) and f.shape == m.shape and f.stride() != m.stride()
+                and aten_checks.non_overlapping_and_dense(f)):
             m.as_strided_(f.shape, f.stride())
 
 
