@@ -56,6 +56,11 @@ CASES = {
     "int floor_divide by 0": lambda d: _synced(d, lambda: torch.arange(3, device=d) // 0),
     "int remainder by 0": lambda d: _synced(d, lambda: torch.arange(3, device=d) % 0),
     "int fmod by 0": lambda d: _synced(d, lambda: torch.fmod(torch.arange(3, device=d), 0)),
+    # (found by an nn probe: computed)
+    "embedding_bag offsets not from 0": lambda d: _synced(d, lambda: F.embedding_bag(
+        torch.tensor([1, 2, 4, 5], device=d), torch.ones(10, 2, device=d), torch.tensor([1, 3], device=d))),
+    "embedding_bag offsets past the input": lambda d: _synced(d, lambda: F.embedding_bag(
+        torch.tensor([1, 2, 4, 5], device=d), torch.ones(10, 2, device=d), torch.tensor([0, 5], device=d))),
     "index_put_ of values that do not broadcast": lambda d: torch.zeros(4, 4, device=d).index_put_(
         (torch.tensor([0, 1], device=d),), torch.ones(3, device=d)),
 }  # fmt: skip
@@ -128,6 +133,8 @@ _FUZZER_CASES = {
                         ("pdist", lambda x, p: torch.pdist(torch.cat([x, x * 0]), p=p)))
        for p in (0.0, float("inf"))},
     "conj_physical of a strided real into out=": lambda d: torch.conj_physical(torch.arange(6.0, device=d)[::2], out=torch.empty(0, device=d)),
+    "multilabel_margin_loss of one sample unreduced": lambda d: F.multilabel_margin_loss(
+        _t([0.1, 0.9, -0.3, 0.4, 0.2], torch.float32, d), _t([3, 0, -1, 1, 2], torch.int64, d), reduction="none"),
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

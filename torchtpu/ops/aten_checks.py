@@ -500,7 +500,17 @@ def _abs_out(self, *, out):
     return out
 
 
+def _multilabel_margin_loss_forward(self, target, reduction):
+    # ATen's unreduced loss of one sample (1-d input) is 0-dim; the meta
+    # kernel's has shape (1,)
+    out, is_target = torch.ops.aten.multilabel_margin_loss_forward.default(self, target, reduction)
+    if reduction == 0 and self.dim() <= 1:
+        out = out.reshape(())
+    return out, is_target
+
+
 _META_KERNEL_FIXES = {
+    torch.ops.aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward,
     torch.ops.aten.nan_to_num_.default: _nan_to_num_in_place,
     torch.ops.aten.abs.out: _abs_out,
 }

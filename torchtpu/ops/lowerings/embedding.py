@@ -73,8 +73,6 @@ def embedding_renorm(ctx, self, indices, max_norm, norm_type):
 SUM, MEAN, MAX = 0, 1, 2
 
 
-
-
 def _bags(indices, offsets, include_last_offset, padding_idx):
     """(number of bags, bag id per index with padding entries sent to an
     extra bag `num_bags`, bag sizes without padding)."""
@@ -93,6 +91,7 @@ def _embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq, mode, spar
     dtype = jnp.dtype(weight.dtype)
     acc = acc_dtype(dtype)
     indices = indices.reshape(-1)
+    _check_offsets(ctx, offsets, indices.shape[0])
     num_bags, bag, seg, size = _bags(indices, offsets, include_last_offset, padding_idx)
     rows = jnp.take(weight, indices, axis=0, mode="clip").astype(acc)
     if mode == MAX:
@@ -115,6 +114,16 @@ def _embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq, mode, spar
         count = size.astype(acc)[:, None]
         total = jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.zeros((), acc))
     return total, bag, _bag_size_output(size, offsets), jnp.zeros((), jnp.int64)
+
+
+def _check_offsets(ctx, offsets, n):
+    """ATen's checks of the bag boundaries (device-side: they are values)."""
+    if offsets.shape[0] == 0:
+        return
+    ctx.check(offsets[0] == 0, "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start "
+              "from position 0. However, got {value}", value=offsets[0])
+    ctx.check(offsets[-1] <= n, f"offsets[-1] can not be greater than input's length {n} but got offsets[-1] of "
+              "{value}", value=offsets[-1])
 
 
 def _bag_size_output(size, offsets):
