@@ -61,6 +61,16 @@ CASES = {
         torch.tensor([1, 2, 4, 5], device=d), torch.ones(10, 2, device=d), torch.tensor([1, 3], device=d))),
     "embedding_bag offsets past the input": lambda d: _synced(d, lambda: F.embedding_bag(
         torch.tensor([1, 2, 4, 5], device=d), torch.ones(10, 2, device=d), torch.tensor([0, 5], device=d))),
+    # out= of another dtype, which these kernels refuse (found by an eager fuzzer)
+    **{f"{name} into an out= of another dtype": fn for name, fn in {
+        "all": lambda d: torch.all(torch.ones(2, 3, device=d), 1, out=torch.empty(0, device=d)),
+        "sort": lambda d: torch.sort(torch.ones(2, 3, device=d), 1, out=(torch.empty(0, dtype=torch.float64, device=d), torch.empty(0, dtype=torch.long, device=d))),
+        "kthvalue": lambda d: torch.kthvalue(torch.ones(2, 3, dtype=torch.int32, device=d), 1, out=(torch.empty(0, dtype=torch.float16, device=d), torch.empty(0, dtype=torch.long, device=d))),
+        "amax": lambda d: torch.amax(torch.ones(2, 3, device=d), 1, out=torch.empty(0, dtype=torch.float64, device=d)),
+        "cummax": lambda d: torch.cummax(torch.ones(2, 3, device=d), 1, out=(torch.empty(0, dtype=torch.float64, device=d), torch.empty(0, dtype=torch.long, device=d))),
+        "tril": lambda d: torch.tril(torch.ones(2, 3, device=d), out=torch.empty(0, dtype=torch.float64, device=d)),
+        "index_select": lambda d: torch.index_select(torch.ones(2, 3, device=d), 0, torch.tensor([0], device=d), out=torch.empty(0, dtype=torch.float64, device=d)),
+    }.items()},
     "index_put_ of values that do not broadcast": lambda d: torch.zeros(4, 4, device=d).index_put_(
         (torch.tensor([0, 1], device=d),), torch.ones(3, device=d)),
 }  # fmt: skip

@@ -71,6 +71,7 @@ def after_meta(sch, values, meta_values):
         _check_internal_overlap(sch, values)
         _check_partial_overlap(sch, values)
     _check_safe_cast_to_output(sch, meta_values)
+    _check_exact_out_dtype(sch, meta_values)
 
 
 def meta_arguments(sch, meta_values):
@@ -416,6 +417,26 @@ def _check_safe_cast_to_output(sch, meta_values):
                 f"result type {c10_name(r.dtype)} can't be cast to the desired output type "
                 f"{c10_name(w.dtype)}"
             )
+
+
+# out= variants whose ATen kernels take only the result's own dtype (the meta
+# kernels cast into any); found by an eager fuzzer
+_EXACT_OUT_DTYPE = {f"aten::{name}" for name in (
+    "all", "any", "sort", "mode", "kthvalue", "aminmax", "amax", "amin", "median", "nanmedian", "cummax", "cummin",
+    "tril", "triu", "round", "index_select")}  # fmt: skip
+
+
+def _check_exact_out_dtype(sch, meta_values):
+    if sch.op._schema.name not in _EXACT_OUT_DTYPE:
+        return
+    outs = [p for p in sch.mutated if sch.op._schema.arguments[p].is_out]
+    if not outs:
+        return
+    for p, r in zip(outs, functional_meta_result(sch, meta_values)):
+        w = meta_values[p]
+        if isinstance(r, torch.Tensor) and isinstance(w, torch.Tensor) and r.dtype != w.dtype:
+            raise RuntimeError(f"Expected out tensor to have dtype {c10_name(r.dtype)}, but got {c10_name(w.dtype)} "
+                               "instead")
 
 
 def functional_meta_result(sch, meta_values):
