@@ -145,6 +145,11 @@ _FUZZER_CASES = {
     "conj_physical of a strided real into out=": lambda d: torch.conj_physical(torch.arange(6.0, device=d)[::2], out=torch.empty(0, device=d)),
     "multilabel_margin_loss of one sample unreduced": lambda d: F.multilabel_margin_loss(
         _t([0.1, 0.9, -0.3, 0.4, 0.2], torch.float32, d), _t([3, 0, -1, 1, 2], torch.int64, d), reduction="none"),
+    "linalg.cross of float32 and int64": lambda d: torch.linalg.cross(torch.ones(3, device=d), torch.ones(3, dtype=torch.int64, device=d)),
+    "cdist of float64 and float32": lambda d: torch.cdist(torch.ones(1, 2, 2, dtype=torch.float64, device=d), torch.ones(1, 2, 2, device=d)),
+    "index_fill with an int32 index": lambda d: torch.zeros(4, device=d).index_fill(0, _t([1], torch.int32, d), 7),
+    "addcdiv of integer tensors": lambda d: torch.addcdiv(_t([1, 2], torch.int64, d), _t([True, True], torch.bool, d), _t([1, 1], torch.int32, d)),
+    "frac_ of bool": lambda d: _t([True], torch.bool, d).frac_(),
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

@@ -283,6 +283,29 @@ def _clamp_bounds(sch, values):
     _no_complex_clamp(sch, values)
 
 
+def _same_scalar_type(sch, values):
+    # linalg_cross and cdist do not promote (the meta kernels do)
+    a, b = values[0], values[1]
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected scalar type {c10_name(a.dtype)} but found {c10_name(b.dtype)}")
+
+
+def _int64_index(sch, values):
+    if values[sch.names.index("index")].dtype != torch.int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+
+
+def _no_integer_addcdiv(sch, values):
+    t1, t2 = values[sch.names.index("tensor1")], values[sch.names.index("tensor2")]
+    if not (t1.dtype.is_floating_point or t1.dtype.is_complex or t2.dtype.is_floating_point or t2.dtype.is_complex):
+        raise RuntimeError(
+            "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform a "
+            "true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input + "
+            "value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as (input + value * "
+            "tensor1 / tensor2) for float inputs. The future addcdiv behavior is just the latter implementation: "
+            "(input + value * tensor1 / tensor2), for all dtypes.")
+
+
 def _trace_dtype(sch, values):
     # ATen's trace kernel has no bool or wide unsigned version
     if values[0].dtype in (torch.bool, torch.uint16, torch.uint32, torch.uint64):
@@ -317,6 +340,10 @@ _BEFORE_META = {
                     _nonempty_reduction),
     "aten::topk": _topk_k_in_range,
     "aten::trace": _trace_dtype,
+    **dict.fromkeys(("aten::linalg_cross", "aten::_cdist_forward", "aten::_euclidean_dist"), _same_scalar_type),
+    **dict.fromkeys(_overloads("index_fill"), _int64_index),
+    **dict.fromkeys(_overloads("addcdiv"), _no_integer_addcdiv),
+    **dict.fromkeys(_overloads("frac"), _floating_kernel("frac_cpu")),
     "aten::signbit": _complex_unsupported("signbit is not implemented for complex tensors."),
     # (randn and randn_like of an integer dtype run as empty + normal_)
     "aten::normal_": _floating_kernel("normal_kernel_cpu"),
