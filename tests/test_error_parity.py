@@ -150,6 +150,8 @@ _FUZZER_CASES = {
     "index_fill with an int32 index": lambda d: torch.zeros(4, device=d).index_fill(0, _t([1], torch.int32, d), 7),
     "addcdiv of integer tensors": lambda d: torch.addcdiv(_t([1, 2], torch.int64, d), _t([True, True], torch.bool, d), _t([1, 1], torch.int32, d)),
     "frac_ of bool": lambda d: _t([True], torch.bool, d).frac_(),
+    "bool ** True": lambda d: _t([True, False], torch.bool, d) ** True,
+    "bool ** False": lambda d: _t([True, False], torch.bool, d) ** False,
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

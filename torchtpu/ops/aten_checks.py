@@ -557,7 +557,16 @@ def _multilabel_margin_loss_forward(self, target, reduction):
     return out, is_target
 
 
+def _pow_tensor_scalar(self, exponent):
+    # bool ** True / False: ATen copies the base or fills ones, in bool (the
+    # reference kernel promotes to int64)
+    if self.dtype == torch.bool and isinstance(exponent, bool):
+        return torch.empty_like(self)
+    return torch.ops.aten.pow.Tensor_Scalar(self, exponent)
+
+
 _META_KERNEL_FIXES = {
+    torch.ops.aten.pow.Tensor_Scalar: _pow_tensor_scalar,
     torch.ops.aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward,
     torch.ops.aten.nan_to_num_.default: _nan_to_num_in_place,
     torch.ops.aten.abs.out: _abs_out,

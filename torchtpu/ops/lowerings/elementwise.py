@@ -603,6 +603,10 @@ def pow_(ctx, self, exponent):
 @lower(aten.pow.Tensor_Scalar)
 def pow_tensor_scalar(ctx, self, exponent):
     dt = ctx.result_type(0, 1)
+    if dt == BOOL and jnp.asarray(exponent).dtype == BOOL:
+        # ATen's pow(Tensor, Scalar) copies the base for an exponent of 1
+        # and fills 1 for 0 before any dtype dispatch: bool ** True works
+        return jnp.where(exponent, self, jnp.ones(self.shape, dt))
     m = opmath(dt)
     x = cast(self, m)
     e = cast(exponent, m)
