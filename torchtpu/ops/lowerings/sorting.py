@@ -264,11 +264,11 @@ def _cum_extreme(self, dim, largest):
     The running value is a plain cummax/cummin (NaN-propagating).  Its index
     is the last position j <= i where x[j] equals the running value at j:
     that is the last occurrence of the current extreme (or the last NaN)."""
-    reject("cummax" if largest else "cummin", self.dtype, ("complex",))
     x = self.reshape(1) if self.ndim == 0 else self
     axis = dim % max(self.ndim, 1)
-    if x.size == 0:
+    if x.size == 0 or self.ndim == 0:  # (ATen answers these before its dtype dispatch)
         return self, jnp.zeros(self.shape, jnp.int32)
+    reject("cummax" if largest else "cummin", self.dtype, ("complex",))
     work = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
     values = (lax.cummax if largest else lax.cummin)(work, axis=axis)
     hit = (work == values) | (_isnan(work) & _isnan(values))
