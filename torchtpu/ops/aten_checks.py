@@ -306,6 +306,19 @@ def _no_integer_addcdiv(sch, values):
             "(input + value * tensor1 / tensor2), for all dtypes.")
 
 
+def _index_shapes_broadcast(sch, values):
+    # ATen's IndexError (the meta kernel raises a RuntimeError of its own);
+    # bool masks count by their number of true elements, unknown here
+    indices = [t for t in values[sch.names.index("indices")] if t is not None]
+    if any(t.dtype in (torch.bool, torch.uint8) for t in indices):
+        return
+    try:
+        torch.broadcast_shapes(*(t.shape for t in indices))
+    except RuntimeError:
+        shapes = ", ".join(str(list(t.shape)) for t in indices)
+        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}") from None
+
+
 def _trace_dtype(sch, values):
     # ATen's trace kernel has no bool or wide unsigned version
     if values[0].dtype in (torch.bool, torch.uint16, torch.uint32, torch.uint64):
@@ -340,6 +353,7 @@ _BEFORE_META = {
                     _nonempty_reduction),
     "aten::topk": _topk_k_in_range,
     "aten::trace": _trace_dtype,
+    "aten::index": _index_shapes_broadcast,
     **dict.fromkeys(("aten::linalg_cross", "aten::_cdist_forward", "aten::_euclidean_dist"), _same_scalar_type),
     **dict.fromkeys(_overloads("index_fill"), _int64_index),
     **dict.fromkeys(_overloads("addcdiv"), _no_integer_addcdiv),
