@@ -155,6 +155,7 @@ _FUZZER_CASES = {
     "cummax of an empty complex tensor": lambda d: torch.cummax(torch.zeros(0, 4, dtype=torch.complex64, device=d), 0)[0],
     "cummin of a 0-dim complex tensor": lambda d: torch.cummin(_t(1 + 1j, torch.complex64, d), 0)[0],
     "index tensors that do not broadcast": lambda d: torch.zeros(4, 4, device=d)[_t([0, 1], torch.int64, d), _t([0, 1, 2], torch.int64, d)],
+    "kthvalue of a 0-dim bool": lambda d: torch.kthvalue(_t(True, torch.bool, d), 1)[0],
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

@@ -123,6 +123,8 @@ def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
 
 @lower(aten.kthvalue.default)
 def kthvalue(ctx, self, k, dim=-1, keepdim=False):
+    if self.ndim == 0:  # (ATen copies a 0-dim input before its dtype dispatch: bool too)
+        return self, jnp.zeros((), jnp.int64)
     _order_statistic("kthvalue", self, dim)
     x, axis = _to_last(self, dim)
     values, indices = _sort_last(x)
