@@ -71,6 +71,13 @@ CASES = {
         "tril": lambda d: torch.tril(torch.ones(2, 3, device=d), out=torch.empty(0, dtype=torch.float64, device=d)),
         "index_select": lambda d: torch.index_select(torch.ones(2, 3, device=d), 0, torch.tensor([0], device=d), out=torch.empty(0, dtype=torch.float64, device=d)),
     }.items()},
+    # (found by a model probe: computed nan or a number)
+    "binary_cross_entropy of an input past 1": lambda d: _synced(d, lambda: F.binary_cross_entropy(
+        torch.tensor([0.5, 1.5], device=d), torch.tensor([0.0, 1.0], device=d))),
+    "binary_cross_entropy of a target past 1": lambda d: _synced(d, lambda: F.binary_cross_entropy(
+        torch.tensor([0.5, 0.7], device=d), torch.tensor([0.0, 2.0], device=d))),
+    "embedding_bag of an index past the table": lambda d: _synced(d, lambda: F.embedding_bag(
+        torch.tensor([1, 7, 2], device=d), torch.ones(5, 2, device=d), torch.tensor([0, 2], device=d), mode="max")),
     "index_put_ of values that do not broadcast": lambda d: torch.zeros(4, 4, device=d).index_put_(
         (torch.tensor([0, 1], device=d),), torch.ones(3, device=d)),
 }  # fmt: skip

@@ -92,6 +92,8 @@ def _embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq, mode, spar
     acc = acc_dtype(dtype)
     indices = indices.reshape(-1)
     _check_offsets(ctx, offsets, indices.shape[0])
+    ctx.check_index(indices, weight.shape[0], "embedding_bag: Expected idx >= 0 && idx < num_embeddings but found "
+                    "idx to be {value}", error=RuntimeError, negative_ok=False)
     num_bags, bag, seg, size = _bags(indices, offsets, include_last_offset, padding_idx)
     rows = jnp.take(weight, indices, axis=0, mode="clip").astype(acc)
     if mode == MAX:

@@ -173,6 +173,9 @@ def binary_cross_entropy(ctx, self, target, weight=None, reduction=MEAN):
     dtype = ctx.out_dtype
     acc = acc_dtype(dtype)
     x, t = self.astype(acc), target.astype(acc)
+    # (ATen's range checks; device-side here, as CUDA's asserts)
+    ctx.check((x >= 0) & (x <= 1), "all elements of input should be between 0 and 1")
+    ctx.check((t >= 0) & (t <= 1), "all elements of target should be between 0 and 1")
     log_x = jnp.maximum(jnp.log(x), -100.0)
     log_1mx = jnp.maximum(jnp.log(1.0 - x), -100.0)
     loss = ((t - 1.0) * log_1mx - t * log_x).astype(dtype)
