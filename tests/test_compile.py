@@ -1038,6 +1038,11 @@ _PADDED_CASES = {
     "repeat to a causal mask": lambda x: _t5_causal_mask(x).float().sum(-1) * x,
     "repeat a new dim": lambda x: x.repeat(2, 1, 1).cumsum(2),
     "repeat tiling the padded dim": lambda x: x.repeat(1, 2).cumsum(1),
+    # (found by a dynamic-shape probe) a cat along the padded dim split by a
+    # view into (2, n): wrong numbers; a slice to n // 2, which dynamo
+    # specialises to 1 for n = 3: a shape error
+    "cat then split the catted dim": lambda x: torch.cat([x, x * 2], 1).reshape(x.shape[0], 2, x.shape[1]).sum(1),
+    "slice to half a size of 3": lambda x: x[:, : x.shape[1] // 2].cumsum(1),
     # all/any: padding is neutral (True for all, False for any)
     "all and any": lambda x: (x > -0.5).all(1).float() + (x > 1).any(-1, keepdim=True).float().sum() + (x < 9).all(),
     "all and any over dims": lambda x: torch.ops.aten.all.dims(x > -1, [0, 1]).float() + torch.ops.aten.any.dims(x > 1, [1]),
@@ -1139,7 +1144,7 @@ def test_dynamic_shapes_padding_rules(name):
     # (found by randomized compiled programs under dynamic=True).
     fn = _PADDED_CASES[name]
     compiled = torch.compile(fn, backend="tpu", dynamic=True)
-    for shape in ((2, 5), (3, 6), (2, 7)):
+    for shape in ((2, 5), (3, 6), (2, 7), (2, 3)):
         x = torch.randn(shape)
         grad = fn(x.clone().requires_grad_()).requires_grad
         a, b = x.clone().requires_grad_(grad), x.to("tpu").requires_grad_(grad)

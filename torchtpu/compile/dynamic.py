@@ -750,7 +750,12 @@ class MaskRules:
         if not any(self.shapes.is_padded_dim(metas[i].shape[d]) for i in keep):
             return fn(ctx, *values), [jnp.concatenate([full[i] for i in keep], axis=d)]
         # Along a padded dim, each piece goes right after the previous one's
-        # true end, so the real elements stay a prefix of the padded result.
+        # true end, so the real elements stay a prefix of the padded result
+        # -- which a view splitting that size into factors (`cat([x, x], 1)
+        # .reshape(2, n)`) would read per factor: kept exact then.
+        if not self.shapes.is_prefix(out.shape[d]):
+            raise Unpaddable(f"{op} along a padded dim that a view splits into factors",
+                             self.shapes.padded_symbols([out], [d]))
         shape = self.shapes.shape(out.shape)
         result, mask = jnp.zeros(shape, ctx.out_dtype), jnp.zeros(shape, bool)
         start = [jnp.int32(0)] * len(shape)

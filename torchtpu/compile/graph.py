@@ -316,12 +316,23 @@ class GraphLowering:
                 # related symbols of which only some were kept exact (a
                 # target's B*T against one_hot logits' B*T).  Their symbols
                 # are kept exact too.
-                metas = [m for v in in_metas for m in (v if isinstance(v, (list, tuple)) else [v])]
-                raise Unpaddable(f"{op}: operands padded to different sizes ({e})",
-                                 self.shapes.padded_symbols(metas)) from e
+                raise Unpaddable(f"{op}: operands padded to different sizes ({e})", self._symbols_of(in_metas)) from e
             self.masks[node] = out_masks if isinstance(node_meta, (tuple, list)) else out_masks[0]
         self.checks.extend((ok, value, message, error, str(op)) for ok, value, message, error in ctx.checks)
-        return _conform(result, node_meta, op)
+        try:
+            return _conform(result, node_meta, op)
+        except _ShapeMismatch as e:
+            if self.masks is None:
+                raise
+            # A size the graph knows statically that padding changes: dynamo
+            # specialised `n // 2` to 1 for n = 3 (a guard n in [2, 3]), the
+            # padded n = 4 slices 2.  The operands' symbols are kept exact.
+            raise Unpaddable(str(e), self._symbols_of(in_metas)) from None
+
+    def _symbols_of(self, metas):
+        """The bucketed symbols in the sizes of these (lists of) metas."""
+        flat = [m for v in metas for m in (v if isinstance(v, (list, tuple)) else [v])]
+        return self.shapes.padded_symbols(flat)
 
     def _mask_of(self, arg):
         """An argument's mask: a list of them for a list of tensors (cat's
@@ -460,5 +471,9 @@ def _conform_one(value, meta, op):
     if value.shape != shape:
         if 0 in shape:
             return jnp.zeros(shape, dtype)
-        raise RuntimeError(f"torchtpu: lowering of {op} returned shape {value.shape}, ATen expects {shape}")
+        raise _ShapeMismatch(f"torchtpu: lowering of {op} returned shape {value.shape}, ATen expects {shape}")
     return value
+
+
+class _ShapeMismatch(RuntimeError):
+    pass
