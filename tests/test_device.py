@@ -60,6 +60,20 @@ def test_float_to_uint32_wraps_like_c10(src_dtype):
     assert torch.equal(src.to("tpu").to(torch.uint32).cpu(), src.to(torch.uint32))
 
 
+@pytest.mark.parametrize("dst_dtype", [torch.bool, torch.float16, torch.float32, torch.int32, torch.uint8,
+                                       torch.float8_e4m3fn], ids=str)
+def test_complex_to_real_converts_the_real_part_without_jax_warnings(dst_dtype):
+    # JAX's astype of complex to real warns that it will soon raise (a
+    # DeprecationWarning on every call; found by a fuzzer)
+    import warnings
+
+    z = torch.tensor([1 + 2j, 0j, -1j, complex(float("nan"), 0), complex(3e38, 1), -2.7 + 1j], dtype=torch.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        got = z.to("tpu").to(dst_dtype).cpu()
+    torch.testing.assert_close(got.float(), z.to(dst_dtype).float(), rtol=0, atol=0, equal_nan=True)
+
+
 def test_float_to_int_truncates_like_torch():
     x = torch.tensor([-2.7, -0.5, 0.5, 2.7, 1e3])
     assert torch.equal(x.to("tpu").to(torch.int32).cpu(), x.to(torch.int32))

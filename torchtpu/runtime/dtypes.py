@@ -105,12 +105,14 @@ def convert(x, dtype):
     dtype = jnp.dtype(dtype)
     if x.dtype == jnp.bool_ and jnp.issubdtype(dtype, jnp.inexact):
         return jnp.where(x, jnp.ones((), dtype), jnp.zeros((), dtype))
-    if dtype == _E4M3FN and x.dtype != dtype and not jnp.issubdtype(x.dtype, jnp.complexfloating):
+    if jnp.issubdtype(x.dtype, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
+        if dtype == jnp.bool_:
+            return x != 0
+        x = jnp.real(x)  # (c10 converts the real part; JAX's astype warns that it will refuse)
+    if dtype == _E4M3FN and x.dtype != dtype:
         # c10 saturates to the largest finite value (+-inf too: the type has
         # none); XLA's convert gives NaN.  NaN stays NaN (clip keeps it).
         x = jnp.clip(x.astype(_wide_float(x.dtype)), -448.0, 448.0)
-    if jnp.issubdtype(x.dtype, jnp.complexfloating) and dtype in _FLOAT_TO_INT_VIA:
-        x = jnp.real(x)  # (c10 converts the real part, as a float)
     if jnp.issubdtype(x.dtype, jnp.floating) and dtype in _FLOAT_TO_INT_VIA:
         return _float_to_int(x, dtype)
     return x.astype(dtype)
