@@ -406,3 +406,12 @@ def test_svd_of_nan_raises_at_the_call_like_cpu(name):
             fn("tpu")
     else:
         torch.testing.assert_close(fn("tpu").cpu(), want, equal_nan=True)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("var", lambda t: torch.var(t)), ("std over a dim of 1", lambda t: torch.std(t.view(1, 1), 1)),
+    ("std_mean", lambda t: torch.std_mean(t)), ("var with a large correction", lambda t: torch.var(t, correction=2))])
+def test_no_degrees_of_freedom_warns_like_cpu(name, fn):
+    # (found by a fuzzer: NaN with no warning)
+    with pytest.warns(UserWarning, match="degrees of freedom is <= 0"):
+        fn(torch.ones(1, device="tpu"))

@@ -319,6 +319,22 @@ def _index_shapes_broadcast(sch, values):
         raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}") from None
 
 
+def _degrees_of_freedom(sch, values):
+    # ATen's warning when the correction leaves no degree of freedom (the
+    # result is NaN or inf): `torch.var(one_element)`
+    t, dim, correction = values[0], values[sch.names.index("dim")], values[sch.names.index("correction")]
+    if not isinstance(correction, (int, float, type(None))):
+        return
+    dims = range(t.dim()) if dim is None or len(dim) == 0 else [d % max(t.dim(), 1) for d in dim]
+    n = 1
+    for d in dims:
+        n *= t.shape[d] if t.dim() else 1
+    if type(n) is int and n - (1 if correction is None else correction) <= 0:
+        name = sch.op._schema.name.split("::")[-1]
+        warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
+                      "factor (input numel divided by output numel).", UserWarning, stacklevel=2)
+
+
 def _trace_dtype(sch, values):
     # ATen's trace kernel has no bool or wide unsigned version
     if values[0].dtype in (torch.bool, torch.uint16, torch.uint32, torch.uint64):
@@ -353,6 +369,7 @@ _BEFORE_META = {
                     _nonempty_reduction),
     "aten::topk": _topk_k_in_range,
     "aten::trace": _trace_dtype,
+    **dict.fromkeys(("aten::var", "aten::std", "aten::var_mean", "aten::std_mean"), _degrees_of_freedom),
     "aten::index": _index_shapes_broadcast,
     **dict.fromkeys(("aten::linalg_cross", "aten::_cdist_forward", "aten::_euclidean_dist"), _same_scalar_type),
     **dict.fromkeys(_overloads("index_fill"), _int64_index),
