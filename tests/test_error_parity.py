@@ -78,6 +78,10 @@ CASES = {
         torch.tensor([0.5, 0.7], device=d), torch.tensor([0.0, 2.0], device=d))),
     "embedding_bag of an index past the table": lambda d: _synced(d, lambda: F.embedding_bag(
         torch.tensor([1, 7, 2], device=d), torch.ones(5, 2, device=d), torch.tensor([0, 2], device=d), mode="max")),
+    # out= sharing memory with an input of a non-pointwise op (found by a fuzzer: computed)
+    "cat out= an input": lambda d: _shared(d, lambda a: torch.cat([a[:3], a[:3]], out=a[:3])),
+    "cumsum out= a transposed input": lambda d: _shared(d, lambda a: torch.cumsum(a.view(2, 4), 0, out=a.view(4, 2).t())),
+    "index_select out= part of the input": lambda d: _shared(d, lambda a: torch.index_select(a.view(4, 2), 0, torch.tensor([1, 0, 2], device=d), out=a.view(4, 2)[:3])),
     "index_put_ of values that do not broadcast": lambda d: torch.zeros(4, 4, device=d).index_put_(
         (torch.tensor([0, 1], device=d),), torch.ones(3, device=d)),
 }  # fmt: skip
@@ -211,6 +215,8 @@ VALID = {
     "max_unpool2d of max_pool2d's indices": lambda d: _unpool(d, 2),
     "max_unpool3d of max_pool3d's indices": lambda d: _unpool(d, 3),
     "index_add_ bool into bool": lambda d: torch.zeros(3, dtype=torch.bool, device=d).index_add_(0, _zero(d), torch.ones(1, dtype=torch.bool, device=d)),
+    "cumsum out= its input": lambda d: _shared(d, lambda a: torch.cumsum(a, 0, out=a)),
+    "cat out= a disjoint part": lambda d: _shared(d, lambda a: torch.cat([a[:2]], out=a[4:6])),
     "atan2 of ints": lambda d: torch.atan2(torch.tensor([1], device=d), torch.tensor([2], device=d)),
     # (found by a numeric edge-case probe: crashed or raised another error)
     "searchsorted of empty rows": lambda d: torch.searchsorted(torch.empty(3, 0, device=d), torch.ones(3, 2, device=d)),

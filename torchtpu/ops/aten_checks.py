@@ -70,6 +70,7 @@ def after_meta(sch, values, meta_values):
     if not _copies_onto_itself(sch, values):
         _check_internal_overlap(sch, values)
         _check_partial_overlap(sch, values)
+        _check_out_overlap(sch, values)
     _check_safe_cast_to_output(sch, meta_values)
     _check_exact_out_dtype(sch, meta_values)
 
@@ -424,6 +425,28 @@ def _check_partial_overlap(sch, values):
                 "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
                 "a single memory location. Please clone() the tensor before performing the operation."
             )
+
+
+# Non-pointwise kernels with ATen's overlap asserts between out= and inputs:
+# any shared element (cat, index_select, gather), or a partial overlap only
+# (the scans)
+_OUT_NO_OVERLAP = {"aten::cat", "aten::index_select", "aten::gather"}
+_OUT_NO_PARTIAL_OVERLAP = {"aten::cumsum", "aten::cumprod", "aten::logcumsumexp"}
+
+
+def _check_out_overlap(sch, values):
+    name = sch.op._schema.name
+    if name not in _OUT_NO_OVERLAP and name not in _OUT_NO_PARTIAL_OVERLAP:
+        return
+    written = [values[p] for p in sch.mutated if isinstance(values[p], torch.Tensor)]
+    read = [t for p, v in enumerate(values) if p not in sch.mutated
+            for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)]
+    bad = ("full", "partial") if name in _OUT_NO_OVERLAP else ("partial",)
+    if any(_overlap_status(w, r) in bad for w in written for r in read):
+        raise RuntimeError(
+            "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+            "a single memory location. Please clone() the tensor before performing the operation."
+        )
 
 
 def _overlap_status(a, b):
