@@ -167,6 +167,11 @@ _FUZZER_CASES = {
     "cummin of a 0-dim complex tensor": lambda d: torch.cummin(_t(1 + 1j, torch.complex64, d), 0)[0],
     "index tensors that do not broadcast": lambda d: torch.zeros(4, 4, device=d)[_t([0, 1], torch.int64, d), _t([0, 1, 2], torch.int64, d)],
     "kthvalue of a 0-dim bool": lambda d: torch.kthvalue(_t(True, torch.bool, d), 1)[0],
+    # complex sqrt on the branch cut keeps the sign of a -0.0 imaginary part; C99's infinities
+    "sqrt of complex with signed zeros and infinities": lambda d: torch.sqrt(_t(
+        [complex(-4, -0.0), complex(-4, 0.0), complex(-0.0, -0.0), complex(float("inf"), float("nan")),
+         complex(-float("inf"), 1), complex(1, -float("inf")), complex(3e38, 3e38), -2 + 3j], torch.complex64, d)),
+    "sqrt of a conjugated negative real": lambda d: torch.sqrt(_t([-4 + 0j], torch.complex128, d).conj()),
     "put of fewer values than indices": lambda d: torch.zeros(4, device=d).put(_t([0, 1, 2], torch.int64, d), torch.ones(1, device=d), accumulate=True),
     "repeat_interleave into int32 out=": lambda d: torch.ops.aten.repeat_interleave.Tensor_out(_t([1, 2], torch.int64, d), out=torch.empty(0, dtype=torch.int32, device=d)),
 }  # fmt: skip

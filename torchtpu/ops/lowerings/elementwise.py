@@ -114,8 +114,34 @@ def nan_min(a, b):
 # ------------------------------------------------------------ unary float ops
 
 # op -> f(x) on float inputs (computed in opmath; integer inputs promote to float).
+def _sqrt(x):
+    """sqrt; a complex one as C99's csqrt (XLA's ignores a -0.0 imaginary
+    part: sqrt(-4 - 0j) gave +2j, not -2j, on the branch cut)."""
+    if not is_complex(x.dtype):
+        return jnp.sqrt(x)
+    re, im = jnp.real(x), jnp.imag(x)
+    # (scaled by 1/4 near the top of the range, where |x| + |re| overflows)
+    big = jnp.maximum(jnp.abs(re), jnp.abs(im)) > jnp.finfo(re.dtype).max / 4
+    scale = jnp.where(big, 0.25, 1.0).astype(re.dtype)
+    sre, sim = re * scale, im * scale
+    t = jnp.sqrt((jnp.abs(lax.complex(sre, sim)) + jnp.abs(sre)) / 2)
+    out_re = jnp.where(sre >= 0, t, jnp.abs(sim) / (2 * t))
+    out_im = jnp.where(sre >= 0, sim / (2 * t), jnp.copysign(t, sim))
+    out_re, out_im = (jnp.where(big, 2 * v, v) for v in (out_re, out_im))
+    zero = (re == 0) & (im == 0)
+    out_re, out_im = jnp.where(zero, 0, out_re), jnp.where(zero, im, out_im)
+    # C99's infinities: +inf real part -> (inf, +-0 or nan); -inf -> (0 or
+    # nan, +-inf); an infinite imaginary part -> (inf, it), whatever else
+    out_re = jnp.where(re == jnp.inf, jnp.inf, jnp.where(re == -jnp.inf, jnp.where(jnp.isnan(im), im, 0), out_re))
+    out_im = jnp.where(re == jnp.inf, jnp.where(jnp.isnan(im), im, jnp.copysign(0.0, im)),
+                       jnp.where(re == -jnp.inf, jnp.copysign(jnp.inf, im), out_im))
+    inf_im = jnp.isinf(im)
+    out_re, out_im = jnp.where(inf_im, jnp.inf, out_re), jnp.where(inf_im, im, out_im)
+    return lax.complex(out_re.astype(re.dtype), out_im.astype(re.dtype))
+
+
 UNARY_FLOAT = {
-    aten.sqrt.default: jnp.sqrt,
+    aten.sqrt.default: _sqrt,
     aten.rsqrt.default: lambda x: 1 / jnp.sqrt(x),
     aten.exp.default: jnp.exp,
     aten.exp2.default: jnp.exp2,
