@@ -426,3 +426,12 @@ def test_no_degrees_of_freedom_warns_like_cpu(name, fn):
     # (found by a fuzzer: NaN with no warning)
     with pytest.warns(UserWarning, match="degrees of freedom is <= 0"):
         fn(torch.ones(1, device="tpu"))
+
+
+def test_mean_into_a_narrower_out_averages_in_the_input_dtype():
+    # ATen averages a float32 input in float32, then casts to the float16
+    # out=; tpu cast first (found by a fuzzer: 1-ulp differences)
+    x = torch.randn(64, 300, generator=torch.Generator().manual_seed(0))
+    want = torch.mean(x, 1, out=torch.empty(0, dtype=torch.float16))
+    got = torch.mean(x.to("tpu"), 1, out=torch.empty(0, dtype=torch.float16, device="tpu"))
+    assert torch.equal(got.cpu(), want)

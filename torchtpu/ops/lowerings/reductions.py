@@ -150,22 +150,24 @@ def nansum(ctx, self, dim=None, keepdim=False, dtype=None):
     return _sum(self, _axes(dim, self.ndim), keepdim, ctx.out_dtype)
 
 
-def _mean(ctx, self, axes, keepdim):
-    out = ctx.out_dtype
-    acc = acc_dtype(out)
+def _mean(ctx, self, axes, keepdim, dtype):
+    """In `dtype` (the input's when None), then cast to the result's: ATen's
+    mean into a float16 out= of a float32 input averages in float32."""
+    compute = ctx.out_dtype if dtype is not None else jnp.dtype(self.dtype)
+    acc = acc_dtype(compute)
     n = _numel(self.shape, axes)
-    s = jnp.sum(self.astype(out).astype(acc), axis=axes, keepdims=keepdim)
-    return (s / jnp.asarray(n, acc)).astype(out)
+    s = jnp.sum(self.astype(compute).astype(acc), axis=axes, keepdims=keepdim)
+    return (s / jnp.asarray(n, acc)).astype(compute).astype(ctx.out_dtype)
 
 
 @lower(aten.mean.default, aten.mean.dtype_out)
 def mean_all(ctx, self, dtype=None):
-    return _mean(ctx, self, tuple(range(self.ndim)), False)
+    return _mean(ctx, self, tuple(range(self.ndim)), False, dtype)
 
 
 @lower(aten.mean.dim)
 def mean_dim(ctx, self, dim, keepdim=False, dtype=None):
-    return _mean(ctx, self, _axes(dim, self.ndim), keepdim)
+    return _mean(ctx, self, _axes(dim, self.ndim), keepdim, dtype)
 
 
 def _prod(x, axes, keepdim, out_dtype):
