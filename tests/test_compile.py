@@ -1073,6 +1073,30 @@ def test_dynamic_one_hot_logits_against_marked_targets():
         assert_close(compiled(idx_t, tgt_t, w.to("tpu")), loss(idx, tgt, w), **TOL)
 
 
+def test_dynamic_loss_after_a_graph_break_has_exact_gradients():
+    # After a graph break the logits have symbols of their own: the
+    # backward's saved targets (B*T rows it never views: a prefix) met
+    # log-probabilities it views per factor, and nll paired misplaced rows
+    # -- the loss right, every gradient wrong (found by a dynamic probe
+    # training Embedding -> GRU -> Linear)
+    def loss(ids, w, head):
+        h = F.embedding(ids, w)
+        torch._dynamo.graph_break()
+        out = h @ head
+        return F.cross_entropy(out[:, :-1].reshape(-1, 11), ids[:, 1:].reshape(-1))
+
+    compiled = torch.compile(loss, backend="tpu", dynamic=True)
+    w, head = torch.randn(11, 8), torch.randn(8, 11)
+    for length in (5, 7, 3):
+        ids = torch.randint(0, 11, (3, length))
+        want = [w.clone().requires_grad_(), head.clone().requires_grad_()]
+        got = [w.to("tpu").requires_grad_(), head.to("tpu").requires_grad_()]
+        loss(ids, *want).backward()
+        compiled(ids.to("tpu"), *got).backward()
+        for a, b in zip(got, want):
+            assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_dynamic_cat_of_empty_pieces():
     # (found by a compile probe: JAX's "Need at least one array")
     def flat(x):

@@ -644,7 +644,7 @@ class MaskRules:
         if op in (aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
             return self._layer_norm(op, values, masks, in_metas, lowering_fn, ctx)
         if op in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
-            return self._nll(op, values, masks, lowering_fn, ctx)
+            return self._nll(op, values, masks, in_metas, lowering_fn, ctx)
         if op in (aten.embedding.default, aten.embedding_dense_backward.default):
             return self._embedding(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
         if op in PER_SAMPLE and (op != aten.convolution.default or values[0].ndim == values[1].ndim):
@@ -1117,7 +1117,9 @@ class MaskRules:
         values[4] = _neutral(rstd, rows, 0)
         return fn(ctx, *values), [row_mask, None, None]
 
-    def _nll(self, op, values, masks, fn, ctx):
+    def _nll(self, op, values, masks, in_metas, fn, ctx):
+        inputs, target = (in_metas[0], in_metas[1]) if op == aten.nll_loss_forward.default else (in_metas[1], in_metas[2])
+        self._check_rows_align(op, inputs, target)
         if op == aten.nll_loss_forward.default:
             self_, target, weight, reduction, ignore_index = values
             rows = masks[1] if masks[1] is not None else _row_mask(masks[0])
@@ -1129,6 +1131,23 @@ class MaskRules:
         target = jnp.where(rows, target, ignore_index) if rows is not None else target
         out = fn(ctx, grad, self_, target, weight, reduction, ignore_index, total)
         return out, [masks[1]]
+
+    def _check_rows_align(self, op, a, b):
+        """Row i of `a` meets row i of `b`: their padded rows must hold the
+        real ones at the same places -- the same size expression, or both a
+        plain prefix.  A backward graph's saved targets (B*T rows no view in
+        that graph splits: a prefix) against log-probabilities it views per
+        factor paired misplaced rows (wrong gradients; found by a dynamic
+        probe).  Otherwise their symbols are kept exact."""
+        if a.dim() == 0 or b.dim() == 0:
+            return
+        ra, rb = a.shape[0], b.shape[0]
+        if not (self.shapes.is_padded_dim(ra) or self.shapes.is_padded_dim(rb)) or _expr(ra) == _expr(rb):
+            return
+        if self.shapes.is_prefix(ra) and self.shapes.is_prefix(rb):
+            return
+        raise Unpaddable(f"{op}: rows of its operands padded in different layouts",
+                         self.shapes.padded_symbols([a, b], dims=[0]))
 
     def _embedding(self, op, values, masks, in_metas, out_meta, fn, ctx):
         values = list(values)
