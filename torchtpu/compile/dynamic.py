@@ -597,6 +597,7 @@ class MaskRules:
         if op in (aten.bucketize.Tensor, aten.bucketize.Scalar):
             return self._bucketize(op, values, masks, in_metas, lowering_fn, ctx)
         if op in PASS_THROUGH or op in PREFIX_SAFE or op in ELEMENTWISE or torch.Tag.pointwise in op.tags:
+            self._check_layouts_agree(op, [m for m, k in zip(in_metas, masks) if k is not None])
             result = lowering_fn(ctx, *values)
             shape = tuple(jnp.shape(result if not isinstance(result, (tuple, list)) else result[0]))
             combined = None
@@ -1133,21 +1134,36 @@ class MaskRules:
         return out, [masks[1]]
 
     def _check_rows_align(self, op, a, b):
-        """Row i of `a` meets row i of `b`: their padded rows must hold the
-        real ones at the same places -- the same size expression, or both a
-        plain prefix.  A backward graph's saved targets (B*T rows no view in
-        that graph splits: a prefix) against log-probabilities it views per
-        factor paired misplaced rows (wrong gradients; found by a dynamic
-        probe).  Otherwise their symbols are kept exact."""
-        if a.dim() == 0 or b.dim() == 0:
-            return
-        ra, rb = a.shape[0], b.shape[0]
-        if not (self.shapes.is_padded_dim(ra) or self.shapes.is_padded_dim(rb)) or _expr(ra) == _expr(rb):
-            return
-        if self.shapes.is_prefix(ra) and self.shapes.is_prefix(rb):
-            return
-        raise Unpaddable(f"{op}: rows of its operands padded in different layouts",
-                         self.shapes.padded_symbols([a, b], dims=[0]))
+        """Row i of `a` meets row i of `b` (nll's log-probabilities and
+        targets): see _sizes_align."""
+        if a.dim() and b.dim() and not self._sizes_align(a.shape[0], b.shape[0]):
+            raise Unpaddable(f"{op}: rows of its operands padded in different layouts",
+                             self.shapes.padded_symbols([a, b], dims=[0]))
+
+    def _check_layouts_agree(self, op, metas):
+        """Element-wise operands meet position by position (dims aligned from
+        the right, as they broadcast): see _sizes_align."""
+        metas = [m for m in metas if isinstance(m, torch.Tensor)]
+        for i, a in enumerate(metas):
+            for b in metas[i + 1:]:
+                for da, db in zip(reversed(a.shape), reversed(b.shape)):
+                    if not self._sizes_align(da, db):
+                        raise Unpaddable(f"{op}: operands padded in different layouts",
+                                         self.shapes.padded_symbols([a, b]))
+
+    def _sizes_align(self, a, b):
+        """Whether two sizes that meet hold their real elements at the same
+        padded places: not padded, the same expression, both a plain prefix,
+        or one of them 1 (broadcast).  A backward graph's saved targets (B*T
+        rows no view in that graph splits: a prefix) against
+        log-probabilities it views per factor paired misplaced rows (wrong
+        gradients; found by a dynamic probe)."""
+        padded_a, padded_b = self.shapes.is_padded_dim(a), self.shapes.is_padded_dim(b)
+        if not (padded_a or padded_b) or _expr(a) == _expr(b):
+            return True
+        if (not padded_a and a == 1) or (not padded_b and b == 1):
+            return True
+        return self.shapes.is_prefix(a) and self.shapes.is_prefix(b)
 
     def _embedding(self, op, values, masks, in_metas, out_meta, fn, ctx):
         values = list(values)
