@@ -69,8 +69,7 @@ _RESHAPES_SELF = {
 def after_meta(sch, values, meta_values):
     if not _copies_onto_itself(sch, values):
         _check_internal_overlap(sch, values)
-        _check_partial_overlap(sch, values)
-        _check_out_overlap(sch, values)
+        _check_overlap(sch, values)
     _check_safe_cast_to_output(sch, meta_values)
     _check_exact_out_dtype(sch, meta_values)
 
@@ -406,42 +405,31 @@ def _check_internal_overlap(sch, values):
                 )
 
 
-def _check_partial_overlap(sch, values):
-    """ATen's assert_no_partial_overlap between what a TensorIterator op (a
-    pointwise op or copy_) writes and what it reads, also skipped by meta
-    kernels: reading elements of the memory being written that are not the
-    very elements written (same range, same strides) is an error on CPU/CUDA.
-    Runs when a kernel is built: the key fixes storage sharing and geometry."""
-    if torch.Tag.pointwise not in sch.op.tags and sch.op._schema.name != "aten::copy_":
-        return
-    written = [values[p] for p in sch.mutated if isinstance(values[p], torch.Tensor)]
-    read = [
-        v for p, v in enumerate(values)
-        if p not in sch.mutated and isinstance(v, torch.Tensor) and v.device.type == "tpu"
-    ]
-    for w in written:
-        if any(_overlap_status(w, r) == "partial" for r in read):
-            raise RuntimeError(
-                "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
-                "a single memory location. Please clone() the tensor before performing the operation."
-            )
-
-
 # Non-pointwise kernels with ATen's overlap asserts between out= and inputs:
 # any shared element (cat, index_select, gather), or a partial overlap only
-# (the scans)
+# (the scans, as TensorIterator ops)
 _OUT_NO_OVERLAP = {"aten::cat", "aten::index_select", "aten::gather"}
-_OUT_NO_PARTIAL_OVERLAP = {"aten::cumsum", "aten::cumprod", "aten::logcumsumexp"}
+_OUT_NO_PARTIAL_OVERLAP = {"aten::cumsum", "aten::cumprod", "aten::logcumsumexp", "aten::copy_"}
 
 
-def _check_out_overlap(sch, values):
+def _check_overlap(sch, values):
+    """ATen's assert_no_partial_overlap (TensorIterator ops: pointwise ops,
+    copy_, the scans) or assert_no_overlap (cat, index_select, gather)
+    between what an op writes and what it reads, skipped by meta kernels:
+    reading memory being written, other than the very elements written
+    (same range, same strides) for the former, is an error on CPU/CUDA.
+    Runs when a kernel is built: the key fixes storage sharing and geometry."""
     name = sch.op._schema.name
-    if name not in _OUT_NO_OVERLAP and name not in _OUT_NO_PARTIAL_OVERLAP:
+    if name in _OUT_NO_OVERLAP:
+        bad = ("full", "partial")
+    elif name in _OUT_NO_PARTIAL_OVERLAP or torch.Tag.pointwise in sch.op.tags:
+        bad = ("partial",)
+    else:
         return
     written = [values[p] for p in sch.mutated if isinstance(values[p], torch.Tensor)]
     read = [t for p, v in enumerate(values) if p not in sch.mutated
-            for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)]
-    bad = ("full", "partial") if name in _OUT_NO_OVERLAP else ("partial",)
+            for t in (v if isinstance(v, (list, tuple)) else (v,))
+            if isinstance(t, torch.Tensor) and t.device.type == "tpu"]
     if any(_overlap_status(w, r) in bad for w in written for r in read):
         raise RuntimeError(
             "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
