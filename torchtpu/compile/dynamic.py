@@ -1119,7 +1119,7 @@ class MaskRules:
         return fn(ctx, *values), [row_mask, None, None]
 
     def _nll(self, op, values, masks, in_metas, fn, ctx):
-        inputs, target = (in_metas[0], in_metas[1]) if op == aten.nll_loss_forward.default else (in_metas[1], in_metas[2])
+        inputs, target = in_metas[0:2] if op == aten.nll_loss_forward.default else in_metas[1:3]
         self._check_rows_align(op, inputs, target)
         if op == aten.nll_loss_forward.default:
             self_, target, weight, reduction, ignore_index = values

@@ -316,7 +316,8 @@ def _index_shapes_broadcast(sch, values):
         torch.broadcast_shapes(*(t.shape for t in indices))
     except RuntimeError:
         shapes = ", ".join(str(list(t.shape)) for t in indices)
-        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}") from None
+        raise IndexError(
+            f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}") from None
 
 
 def _degrees_of_freedom(sch, values):

@@ -114,7 +114,8 @@ def nonzero(self):
 @special(aten.nonzero.out)
 def nonzero_out(self, *, out):
     return _to_out(out, nonzero_tensor(self),
-                   lambda want, got: f"nonzero: Expected out tensor to have scalar type {want} but got scalar type{got}")
+                   lambda want, got: f"nonzero: Expected out tensor to have scalar type {want} but got scalar "
+                                     f"type{got}")
 
 
 @lower(aten.nonzero_static.default, aten.nonzero_static.out)
@@ -558,7 +559,8 @@ def repeat_interleave(repeats, output_size=None):
 @special(aten.repeat_interleave.Tensor_out)
 def repeat_interleave_out(repeats, *, output_size=None, out):
     return _to_out(out, repeat_interleave_tensor(repeats, output_size),
-                   lambda want, got: f"Expected out tensor to have dtype {_cpp_name(want)}, but got {_cpp_name(got)} instead")
+                   lambda want, got: f"Expected out tensor to have dtype {_cpp_name(want)}, but got "
+                                     f"{_cpp_name(got)} instead")
 
 
 def _cpp_name(c10_name):

@@ -111,7 +111,8 @@ def _antialiased(n_in, n_out, align_corners, scale, cubic, R):
         xmin = max(int(np.float64(center - support) + 0.5), 0)
         xsize = min(int(np.float64(center + support) + 0.5), n_in) - xmin
         offsets = np.arange(xmin, xmin + xsize).astype(R) - center
-        w = (_aa_cubic if cubic else _aa_linear)(((offsets.astype(np.float64) + 0.5) * np.float64(invscale)).astype(R), R)
+        arg = ((offsets.astype(np.float64) + 0.5) * np.float64(invscale)).astype(R)
+        w = (_aa_cubic if cubic else _aa_linear)(arg, R)
         total = R(0)
         for v in w:  # a running float sum, as the C++ loop
             total = R(total + v)
