@@ -29,6 +29,32 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+def test_reset_frees_the_compiled_graphs(monkeypatch):
+    """After `torch._dynamo.reset()` (and the model gone) nothing keeps a
+    compiled graph, so its XLA executables are freed."""
+    import gc
+    import weakref
+
+    from torchtpu.compile.runner import CompiledGraph
+
+    built = []
+    original_init = CompiledGraph.__init__
+
+    def recording_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        built.append(weakref.ref(self))
+
+    monkeypatch.setattr(CompiledGraph, "__init__", recording_init)
+    model = MLP().to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    compiled(torch.randn(4, 32, device="tpu")).square().mean().backward()
+    assert len(built) == 2  # forward and backward
+    del model, compiled
+    torch._dynamo.reset()
+    gc.collect()
+    assert [ref() for ref in built] == [None, None]
+
+
 def _graph_stats():
     return torchtpu.compile_stats()
 

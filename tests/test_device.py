@@ -504,3 +504,21 @@ def test_launch_blocking_reports_errors_at_the_op():
     env = dict(os.environ, TORCHTPU_LAUNCH_BLOCKING="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["at-op"] * 3, out.stdout + out.stderr
+
+
+def test_a_tensor_does_not_keep_the_code_that_made_it_alive():
+    """JAX records the creating Python stack in every array; a tensor's box
+    kept its creator's code object (and so dynamo's generated code and its
+    compiled graphs) alive for as long as the tensor lived."""
+    import gc
+    import weakref
+
+    namespace = {}
+    exec("def make(x):\n    return x * 3 + 1\n", namespace)
+    make = namespace.pop("make")
+    code = weakref.ref(make.__code__)
+    y = make(torch.randn(4, device="tpu"))
+    del make
+    gc.collect()
+    assert code() is None
+    assert y.cpu().shape == (4,)

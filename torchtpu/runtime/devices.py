@@ -22,6 +22,7 @@ def _configure_and_list():
     # torch's default integer is int64 and float64 is a real dtype there:
     # without x64 JAX would silently narrow them.
     jax.config.update("jax_enable_x64", True)
+    _stop_array_tracebacks()
     requested = os.environ.get("TORCHTPU_PLATFORM", "").strip().lower() or None
     if requested == "cuda":
         requested = "gpu"
@@ -35,6 +36,20 @@ def _configure_and_list():
     if num and devices and devices[0].platform == "cpu":
         devices = devices[: int(num)]
     return devices
+
+
+def _stop_array_tracebacks():
+    """JAX records the Python stack in every array it creates (for its own
+    error messages).  Those records hold the stack's code objects strongly,
+    so a tensor's box kept alive the code of the frame that made it -- and
+    when that was dynamo's generated code, the compiled graphs and their XLA
+    executables that hang off it, even after `torch._dynamo.reset()`.  Our
+    users' stacks are PyTorch's, which torch reports itself; recording them
+    also cost ~1 us per kernel call.  (jaxlib's switch; JAX has no public one.)"""
+    from jax._src.lib import _jax
+
+    if hasattr(_jax, "set_tracebacks_enabled"):
+        _jax.set_tracebacks_enabled(False)
 
 
 def init():
