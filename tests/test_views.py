@@ -95,6 +95,9 @@ CASES = {
     "squeeze_write": (lambda x: x[:, 0:1].squeeze(1).fill_(1), arange(3, 4)),
     "transpose_copy": (lambda x: x.t().copy_(torch.arange(12.0, device=x.device).view(4, 3)), arange(3, 4)),
     "permute_write_region": (lambda x: x.permute(1, 0, 2)[1].fill_(-3), arange(2, 3, 4)),
+    "bool_row_fill": (lambda x: x[1].fill_(True), arange(4, 4, dtype=torch.bool)),
+    "bool_column_logical_not": (lambda x: x[:, 2].logical_not_(), arange(4, 4, dtype=torch.bool)),
+    "bool_plane_masked_fill": (lambda x: x[:, 1].masked_fill_(x[:, 2].clone(), False), arange(3, 4, 5, dtype=torch.bool)),
 }
 
 

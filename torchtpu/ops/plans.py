@@ -277,8 +277,8 @@ def write_view(x, storage_nbytes, sizes, strides, offset, value):
 def _in_units_of(box, before):
     """`box` bitcast and reshaped to `before`'s dtype and shape (same bytes);
     not into a bool box, which keeps only 0/1 of each byte."""
-    if box.dtype == before.dtype and box.shape == before.shape:
-        return box
+    if box.dtype == before.dtype and box.size == before.size:
+        return box if box.shape == before.shape else box.reshape(before.shape)
     if box.size * box.dtype.itemsize != before.size * before.dtype.itemsize or before.dtype == jnp.bool_:
         return box
     return bitcast_box(box, before.dtype).reshape(before.shape)
