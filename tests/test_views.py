@@ -39,6 +39,14 @@ def _setitem(x, index, value):
     return x
 
 
+def _sort_into(x, view_of):
+    """sort(out=) into a view whose sizes fit: written through the view's strides."""
+    base = torch.zeros(8, 4, device=x.device)
+    values = view_of(base)
+    torch.sort(x, 1, out=(values, torch.empty(4, 4, dtype=torch.long, device=x.device)))
+    return values, base
+
+
 CASES = {
     # reads through views
     "slice_steps": (lambda x: x[::2, 1::3], arange(6, 7)),
@@ -116,6 +124,8 @@ ARITH_CASES = {
     "out_resize": (lambda x: torch.add(x, 1, out=torch.empty(0, device=x.device)), arange(2, 3)),
     "out_resize_noncontig_input": (lambda x: torch.mul(x.t(), 2, out=torch.empty(0, device=x.device)), arange(2, 3)),
     "out_into_view": (lambda x: torch.add(x[0], 1, out=x[1]), arange(2, 3)),
+    "sort_out_into_transposed_view": (lambda x: _sort_into(x, lambda base: base[:4].t()), lambda: torch.randn(4, 4)),
+    "sort_out_into_strided_rows": (lambda x: _sort_into(x, lambda base: base[::2]), lambda: torch.randn(4, 4)),
 }
 
 

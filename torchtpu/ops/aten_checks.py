@@ -608,7 +608,25 @@ def _pow_tensor_scalar(self, exponent):
     return torch.ops.aten.pow.Tensor_Scalar(self, exponent)
 
 
+def _keeping_out_strides(op):
+    """The meta kernel of an out= op that restrides its outs even when their
+    sizes already fit (sort's); ATen restrides only the outs it resizes."""
+
+    def run(*args, **kwargs):
+        outs = [kwargs[name] for name in ("values", "indices")]
+        before = [(tuple(t.shape), t.stride(), t.storage_offset()) for t in outs]
+        result = op(*args, **kwargs)
+        for t, (shape, stride, offset) in zip(outs, before):
+            if tuple(t.shape) == shape:
+                t.as_strided_(shape, stride, offset)
+        return result
+
+    return run
+
+
 _META_KERNEL_FIXES = {
+    torch.ops.aten.sort.values: _keeping_out_strides(torch.ops.aten.sort.values),
+    torch.ops.aten.sort.values_stable: _keeping_out_strides(torch.ops.aten.sort.values_stable),
     torch.ops.aten.pow.Tensor_Scalar: _pow_tensor_scalar,
     torch.ops.aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward,
     torch.ops.aten.nan_to_num_.default: _nan_to_num_in_place,
