@@ -852,3 +852,38 @@ def test_legacy_tensor_types():
     for name in ("DoubleTensor", "BFloat16Tensor", "ByteTensor", "CharTensor", "ShortTensor", "IntTensor",
                  "BoolTensor"):
         assert getattr(torch.tpu, name)(1).dtype == getattr(torch.cuda, name).dtype
+
+
+def test_tpu_work_in_a_forked_child_raises_cuda_error():
+    """A child forked after JAX started has no runtime threads: tpu work
+    there waited forever (a DataLoader worker building tpu tensors hung).
+    It raises CUDA's error instead; CPU workers and the parent keep working."""
+    _run_with_devices(1, """
+        import os, torch
+        class TpuItems(torch.utils.data.Dataset):
+            def __len__(self): return 2
+            def __getitem__(self, i): return torch.full((2,), float(i), device="tpu")
+        class CpuItems(TpuItems):
+            def __getitem__(self, i): return torch.full((2,), float(i))
+        x = torch.ones(3, device="tpu") * 2
+        try:
+            list(torch.utils.data.DataLoader(TpuItems(), batch_size=2, num_workers=1))
+            raise SystemExit("no error")
+        except RuntimeError as e:
+            assert "Cannot re-initialize tpu in forked subprocess" in str(e), e
+        batches = list(torch.utils.data.DataLoader(CpuItems(), batch_size=2, num_workers=1, pin_memory=True))
+        assert [b.to("tpu").sum().item() for b in batches] == [2.0]
+        pid = os.fork()
+        if pid == 0:
+            errors = []
+            for work in (lambda: (x + 1).cpu(), lambda: x.cpu(), torch.tpu.synchronize):
+                try:
+                    work()
+                except RuntimeError as e:
+                    errors.append("forked subprocess" in str(e))
+            os._exit(0 if errors == [True, True, True] and torch.tpu._is_in_bad_fork() else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert not torch.tpu._is_in_bad_fork()
+        assert (x + 1).cpu().tolist() == [3.0, 3.0, 3.0]
+        print("OK")
+    """, timeout=300)

@@ -14,6 +14,10 @@ _initialized = False
 def _lazy_init():
     """Start the runtime (JAX) if it is not running yet."""
     global _initialized
+    if _is_in_bad_fork():
+        from .runtime import devices
+
+        devices.check_not_forked()
     if _initialized:
         return
     from .ops.registration import ensure_loaded
@@ -94,6 +98,8 @@ def synchronize(device=None) -> None:
         return
     from . import streams
     from .runtime import boxes, devices
+
+    devices.check_not_forked()
 
     boxes.drain()
     arrays = [entry[0] for entry in list(boxes.boxes.values())]
@@ -297,7 +303,9 @@ def get_device_capability(device=None) -> tuple:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    from .runtime import devices
+
+    return devices._forked_after_start
 
 
 def get_amp_supported_dtype():

@@ -58,6 +58,8 @@ class CompiledGraph(DynamicCalls):
         self.churning = ChurningViews(graph, self.out_nodes)  # inputs copied compact (input_views.py)
 
     def __call__(self, *args):
+        if devices._forked_after_start:
+            devices.check_not_forked()
         if self.churning.positions:
             args = self.churning.compact(args)
         if self.symbolic:

@@ -18,7 +18,7 @@ import threading
 import torch
 
 from .. import _C
-from ..runtime import boxes
+from ..runtime import boxes, devices
 from . import schema as schema_mod
 from . import nested, sparse_layouts
 
@@ -75,6 +75,8 @@ def op_info(name: str, overload: str):
 def slow_path(name: str, overload: str, args, kwargs):
     """One call through the Python dispatcher: (result, kernel spec for the
     C++ cache, or None when this call must not be cached)."""
+    if devices._forked_after_start:
+        devices.check_not_forked()
     ensure_loaded()
     from . import dispatch, fallback, special
 

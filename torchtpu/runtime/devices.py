@@ -11,6 +11,12 @@ import threading
 _lock = threading.RLock()
 _devices = None
 _platform = None
+_forked_after_start = False  # this process was forked from one that had started JAX
+
+FORKED_MESSAGE = (
+    "Cannot re-initialize tpu in forked subprocess. To use tpu with multiprocessing, you must use the "
+    "'spawn' start method"
+)
 
 
 def _configure_and_list():
@@ -66,8 +72,25 @@ def init():
 
             memory._runtime_started(devices)  # allocator capacity = the devices' memory limits
             dtypes.set_platform(_platform)
+            os.register_at_fork(after_in_child=_after_fork_in_child)
             _devices = devices
     return _devices
+
+
+def _after_fork_in_child():
+    """A forked child inherits JAX's state but not its runtime threads: any
+    kernel or transfer there would wait forever.  Refuse tpu work instead,
+    as CUDA does (a DataLoader worker then reports the error)."""
+    global _forked_after_start
+    _forked_after_start = True
+    from .. import _C
+
+    _C._clear_fastpath_cache()  # cached kernels would run without the Python check
+
+
+def check_not_forked():
+    if _forked_after_start:
+        raise RuntimeError(FORKED_MESSAGE)
 
 
 def count() -> int:
