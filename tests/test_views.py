@@ -76,6 +76,11 @@ CASES = {
     "view_dtype_narrower": (lambda x: x.view(torch.uint8), arange(2, 3)),
     "view_dtype_wider": (lambda x: x.view(torch.int64), arange(2, 4, dtype=torch.int32)),
     "view_dtype_of_slice": (lambda x: x[1:].view(torch.int16), arange(3, 4)),
+    # wider views of a storage whose byte size is no multiple of the new element
+    "view_complex_of_odd_storage": (lambda x: x[:6].view(torch.complex64), arange(7)),
+    "view_wider_of_odd_byte_storage": (lambda x: x[4:8].view(torch.int32), arange(10, dtype=torch.int8)),
+    "write_complex_view_of_odd_storage": (lambda x: x[:6].view(torch.complex64)[1:].fill_(5 + 6j), arange(7)),
+    "write_wider_view_of_odd_byte_storage": (lambda x: x[4:8].view(torch.int32).fill_(-7), arange(10, dtype=torch.int8)),
     "contiguous_of_transpose": (lambda x: x.t().contiguous(), arange(3, 4)),
     "channels_last": (lambda x: x.contiguous(memory_format=torch.channels_last), arange(2, 3, 4, 5)),
     "clone_preserves_strides": (lambda x: x.permute(0, 2, 3, 1).clone(), arange(2, 3, 4, 5)),

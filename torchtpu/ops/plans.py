@@ -89,9 +89,7 @@ def bitcast_box(x, dtype):
         x = x.reshape(x.shape[:-2] + (x.shape[-2] * 2,))
         return bitcast_box(x, dtype)
     if jnp.issubdtype(dtype, jnp.complexfloating):
-        x = bitcast_box(x, _complex_part(dtype))
-        if x.shape[-1] % 2:
-            x = x.reshape(-1)
+        x = _padded_to_multiple(bitcast_box(x, _complex_part(dtype)), 2)
         x = x.reshape(x.shape[:-1] + (x.shape[-1] // 2, 2))
         return _from_real_pairs(x)
     if x.dtype == jnp.bool_:
@@ -103,14 +101,23 @@ def bitcast_box(x, dtype):
         y = y.reshape(x.shape[:-1] + (x.shape[-1] * (src // dst),))
     else:
         ratio = dst // src
-        if x.shape[-1] % ratio:
-            x = x.reshape(-1)
-        if x.shape[-1] % ratio:
-            raise RuntimeError(
-                f"torchtpu: cannot view {x.size * src} bytes as {dtype} (size not divisible)"
-            )
+        x = _padded_to_multiple(x, ratio)
         y = lax.bitcast_convert_type(x.reshape(x.shape[:-1] + (x.shape[-1] // ratio, ratio)), target)
     return y != 0 if to_bool else y
+
+
+def _padded_to_multiple(x, ratio):
+    """`x` with a last dim divisible by `ratio`: flattened and zero-padded
+    where needed.  A wider view of a storage whose byte size is no multiple
+    of the new element (`arange(7.)[:6].view(complex64)`) reads whole units;
+    the padding lies past the storage's end, where no view reaches, and
+    writes trim it off again (write_view)."""
+    if x.shape[-1] % ratio == 0:
+        return x
+    x = x.reshape(-1)
+    if x.size % ratio:
+        x = jnp.concatenate([x, jnp.zeros((ratio - x.size % ratio,), x.dtype)])
+    return x
 
 
 # ------------------------------------------------------ strided solutions
@@ -271,6 +278,8 @@ def write_view(x, storage_nbytes, sizes, strides, offset, value):
     another dtype (`z.imag` of a complex `z`) would otherwise leave the box in
     the view's units, and XLA cannot reuse a donated buffer of another type."""
     written = _written_box(x, storage_nbytes, sizes, strides, offset, value)
+    if written is not None and written.size * written.dtype.itemsize > storage_nbytes:  # units padded past the end
+        written = bitcast_box(written, jnp.uint8).reshape(-1)[:storage_nbytes]
     return written if x is None else _in_units_of(written, x)
 
 
