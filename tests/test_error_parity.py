@@ -435,3 +435,43 @@ def test_mean_into_a_narrower_out_averages_in_the_input_dtype():
     want = torch.mean(x, 1, out=torch.empty(0, dtype=torch.float16))
     got = torch.mean(x.to("tpu"), 1, out=torch.empty(0, dtype=torch.float16, device="tpu"))
     assert torch.equal(got.cpu(), want)
+
+
+def _into(dtype, fn):
+    """fn(device, out) with an out= of `dtype` (the result's dtype is another)."""
+    return lambda d: fn(d, torch.empty(0, dtype=dtype, device=d))
+
+
+def _floats(d):
+    return torch.tensor([[0.5, -1.5], [2.0, 3.0]], device=d)
+
+
+WRONG_OUT_DTYPE = {
+    "neg int -> long": _into(torch.int64, lambda d, o: torch.neg(torch.ones(2, dtype=torch.int32, device=d), out=o)),
+    "bitwise_not": _into(torch.int64, lambda d, o: torch.bitwise_not(torch.ones(2, dtype=torch.int32, device=d), out=o)),
+    "gelu bf16 -> float": _into(torch.float32, lambda d, o: torch._C._nn.gelu(_floats(d).bfloat16(), out=o)),
+    "nan_to_num": _into(torch.float64, lambda d, o: torch.nan_to_num(_floats(d), out=o)),
+    "take": _into(torch.float64, lambda d, o: torch.take(_floats(d), torch.tensor([0, 3], device=d), out=o)),
+    "sort values": _into(torch.float64, lambda d, o: torch.sort(
+        _floats(d), out=(o, torch.empty(0, dtype=torch.int64, device=d)))),
+    "median values": _into(torch.float64, lambda d, o: torch.median(
+        _floats(d), 0, out=(o, torch.empty(0, dtype=torch.int64, device=d)))),
+    "amax": _into(torch.float64, lambda d, o: torch.amax(_floats(d), 0, out=o)),
+    "all into float": _into(torch.float32, lambda d, o: torch.all(_floats(d), out=o)),
+    "cummax": _into(torch.float64, lambda d, o: torch.cummax(
+        _floats(d), 0, out=(o, torch.empty(0, dtype=torch.int64, device=d)))),
+    "linalg_cross (decomposed)": _into(torch.float64, lambda d, o: torch.linalg.cross(
+        torch.ones(2, 3, device=d), torch.ones(2, 3, device=d), out=o)),
+    "isin (decomposed)": _into(torch.float32, lambda d, o: torch.isin(_floats(d), _floats(d), out=o)),
+    "searchsorted (decomposed)": _into(torch.float32, lambda d, o: torch.searchsorted(
+        torch.tensor([1.0, 2.0], device=d), _floats(d), out=o)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_OUT_DTYPE))
+def test_out_of_the_wrong_dtype_raises_cpu_message(name):
+    """ATen refuses these outs (the meta kernels and decompositions cast)."""
+    with pytest.raises(RuntimeError) as cpu:
+        WRONG_OUT_DTYPE[name]("cpu")
+    with pytest.raises(RuntimeError, match=f"^{re.escape(str(cpu.value))}$"):
+        WRONG_OUT_DTYPE[name]("tpu")

@@ -75,6 +75,7 @@ def handle(op, args, kwargs):
     values = sch.normalize(args, kwargs)
     _check_devices(sch, values)
     aten_checks.before_meta(sch, values)  # (ATen's dtype checks a decomposition skips: trace of bool)
+    aten_checks.check_exact_out_dtype_unlowered(sch, values)
     active = getattr(_local, "decomposing", None)
     if active is None:
         active = _local.decomposing = set()
