@@ -837,3 +837,79 @@ def test_convolution_keeps_channels_last_as_the_cpu_does(dims, fmt, which):
     got = conv(x.to("tpu"), w.to("tpu"), padding=1)
     assert got.stride() == want.stride()
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("given_hx", [True, False])
+def test_compiled_gru_cell_is_one_graph_each_way(bias, given_hx):
+    # _thnn_fused_gru_cell and its backward had only eager handlers: a
+    # compiled GRUCell ran op by op ("no lowering for ...")
+    import copy
+
+    torch._dynamo.reset()
+    torchtpu.compile.reset_compile_stats()
+    try:
+        cell = torch.nn.GRUCell(5, 7, bias=bias)
+        tcell = copy.deepcopy(cell).to(TPU)
+        x, hx = randn(3, 5, seed=1), randn(3, 7, seed=2)
+        xc, xt = x.clone().requires_grad_(), x.to(TPU).requires_grad_()
+        hc = hx.clone().requires_grad_() if given_hx else None
+        ht = hx.to(TPU).requires_grad_() if given_hx else None
+        step = torch.compile(lambda m, a, h: m(a, h) * 2, backend="tpu")
+        want, got = cell(xc, hc) * 2, step(tcell, xt, ht)
+        want.square().sum().backward()
+        got.square().sum().backward()
+        assert_close(got, want, rtol=1e-4, atol=1e-5)
+        assert_close(xt.grad, xc.grad, rtol=1e-4, atol=1e-5)
+        if given_hx:
+            assert_close(ht.grad, hc.grad, rtol=1e-4, atol=1e-5)
+        for (name, p), q in zip(cell.named_parameters(), tcell.parameters()):
+            assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        graphs = torchtpu.compile_stats()["per_graph"]
+        assert {g["name"].rsplit("_", 1)[1] for g in graphs} == {"forward", "backward"}
+        assert [g["fallback"] for g in graphs if g["fallback"]] == []
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("shape, n, replacement", [
+    ((5,), 6, False), ((2, 4), 9, False), ((), 1, False), ((), 1, True), ((1, 1, 3), 1, False)], ids=str)
+def test_multinomial_bad_sizes_raise_like_the_cpu(shape, n, replacement):
+    # without replacement, more samples than categories raised JAX's top_k
+    # ValueError; a 0-d / 3-d input raised the meta kernel's wording
+    import re
+
+    probs = rand(12, low=0.1)[: math.prod(shape)].reshape(shape)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.multinomial(probs, n, replacement)
+    message = str(cpu.value).split("\n")[0]
+    assert "prob_dist" in message
+    with pytest.raises(RuntimeError, match=f"^{re.escape(message)}"):
+        torch.multinomial(probs.to(TPU), n, replacement).cpu()
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape, pad, fmt", [
+    ((2, 4, 7, 8), (1, 1, 1, 1), torch.channels_last),
+    ((2, 4, 5, 6, 7), (1, 2, 1, 1, 2, 1), torch.channels_last_3d),
+    ((4, 5, 6, 7), (1, 1, 2, 1, 1, 1), torch.channels_last),  # (unbatched 3-d padding)
+    ((2, 4, 7, 8), (2, 1, 1, 2), torch.contiguous_format),
+    ((2, 1, 7, 8), (1, 1, 1, 1), torch.channels_last)], ids=str)
+def test_padding_modes_keep_the_cpu_memory_format(mode, shape, pad, fmt):
+    # ATen's reflection/replication pads allocate the output and grad_input in
+    # the input's suggested memory format; tpu returned contiguous tensors
+    x = randn(*shape).contiguous(memory_format=fmt)
+    want = F.pad(x, pad, mode=mode)
+    got = F.pad(x.to(TPU), pad, mode=mode)
+    assert got.stride() == want.stride()
+    assert torch.equal(got.cpu(), want)
+    if mode == "circular":
+        return  # (a composite: its backward is autograd's)
+    op = {"reflect": "reflection", "replicate": "replication"}[mode] + f"_pad{len(pad) // 2}d_backward"
+    backward = getattr(torch.ops.aten, op)
+    grad = randn(*want.shape, seed=1)
+    for g in (grad, grad.contiguous(memory_format=fmt)):
+        want_grad = backward(g, x, list(pad))
+        got_grad = backward(g.to(TPU), x.to(TPU), list(pad))
+        assert got_grad.stride() == want_grad.stride()
+        assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-5)

@@ -342,6 +342,12 @@ def _trace_dtype(sch, values):
         raise _not_implemented("trace", values[0].dtype)
 
 
+def _multinomial_rank(sch, values):
+    # ATen checks the rank first; the meta kernel words it differently
+    if not 0 < values[0].dim() <= 2:
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+
+
 def _overloads(*names):
     """Each op name with its in-place form."""
     return [n for name in names for n in (f"aten::{name}", f"aten::{name}_")]
@@ -369,6 +375,7 @@ _BEFORE_META = {
     **dict.fromkeys(("aten::amax", "aten::amin", "aten::argmax", "aten::argmin", "aten::kthvalue", "aten::aminmax"),
                     _nonempty_reduction),
     "aten::topk": _topk_k_in_range,
+    "aten::multinomial": _multinomial_rank,
     "aten::trace": _trace_dtype,
     **dict.fromkeys(("aten::var", "aten::std", "aten::var_mean", "aten::std_mean"), _degrees_of_freedom),
     "aten::index": _index_shapes_broadcast,
@@ -611,7 +618,29 @@ def _convolution_layout(values, out):
         out.as_strided_(out.shape, torch.empty(out.shape, device="meta", memory_format=fmt).stride())
 
 
-_OUTPUT_LAYOUTS = {torch.ops.aten.convolution.default: _convolution_layout}
+def _layout_of_input(position):
+    """ATen's reflection and replication pads allocate the output (forward)
+    and grad_input (backward) in the input's suggested memory format."""
+    from torch._prims_common import suggest_memory_format
+
+    def fix(values, out):
+        fmt = suggest_memory_format(values[position])
+        if fmt is torch.contiguous_format or not isinstance(out, torch.Tensor):
+            return
+        strides = torch.empty(out.shape, device="meta", memory_format=fmt).stride()
+        if out.stride() != strides:
+            out.as_strided_(out.shape, strides)
+
+    return fix
+
+
+_OUTPUT_LAYOUTS = {
+    torch.ops.aten.convolution.default: _convolution_layout,
+    **{getattr(torch.ops.aten, f"{kind}_pad{k}d").default: _layout_of_input(0)
+       for kind in ("reflection", "replication") for k in (1, 2, 3)},
+    **{getattr(torch.ops.aten, f"{kind}_pad{k}d_backward").default: _layout_of_input(1)  # (grad_output, self, ...)
+       for kind in ("reflection", "replication") for k in (1, 2, 3)},
+}
 
 
 def masked_outputs(sch, values, meta_out):

@@ -234,9 +234,27 @@ def _gru_cell_backward(grad_hy, workspace, has_bias):
     return grad_input_gates, grad_hidden_gates, grad_hx
 
 
-# The GRU cell ops have no meta kernels, so the generic path cannot size
-# their outputs: they run as one jitted JAX function on the materialised
-# arguments.
+@lower(aten._thnn_fused_gru_cell)
+def thnn_fused_gru_cell_lowering(ctx, input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """Graphs only (eager calls go to the handler below): dynamo's node
+    metadata sizes the outputs."""
+    return _gru_cell(input_gates, hidden_gates, hx, input_bias, hidden_bias)
+
+
+@lower(aten._thnn_fused_gru_cell_backward)
+def thnn_fused_gru_cell_backward_lowering(ctx, grad_hy, workspace, has_bias):
+    """Graphs only, as above.  Without biases the bias gradients are empty,
+    as the eager handler returns them."""
+    results = _gru_cell_backward(grad_hy, workspace, has_bias)
+    if not has_bias:
+        empty = jnp.zeros((0,), results[0].dtype)
+        results = (*results, empty, empty)
+    return results
+
+
+# The GRU cell ops have no meta kernels, so the generic eager path cannot
+# size their outputs: they run as one jitted JAX function on the
+# materialised arguments.
 _gru_forward = jax.jit(_gru_cell)
 _gru_backward = jax.jit(_gru_cell_backward, static_argnums=2)
 
@@ -260,6 +278,29 @@ def thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
     if not has_bias:
         outs += [torch.empty(0, dtype=dtype, device=grad_hy.device)] * 2
     return tuple(outs)
+
+
+# The out= overloads: ATen's composite (the op, then resize and copy into the
+# outs) -- which the lowerings above would otherwise take over, without the
+# meta kernels the generic path needs.
+
+
+def _into(outs, results):
+    for out, result in zip(outs, results):
+        if out.shape != result.shape:
+            out.resize_(result.shape)
+        out.copy_(result)
+    return tuple(outs)
+
+
+@special(aten._thnn_fused_gru_cell.out)
+def thnn_fused_gru_cell_out(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None, *, out0, out1):
+    return _into((out0, out1), thnn_fused_gru_cell(input_gates, hidden_gates, hx, input_bias, hidden_bias))
+
+
+@special(aten._thnn_fused_gru_cell_backward.out)
+def thnn_fused_gru_cell_backward_out(grad_hy, workspace, has_bias, *, out0, out1, out2, out3, out4):
+    return _into((out0, out1, out2, out3, out4), thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias))
 
 
 # ------------------------------------------------------------------ distances

@@ -495,6 +495,8 @@ def multinomial(ctx, self, num_samples, replacement=False, generator=None):
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {c10_name(dtype)}")
     if num_samples <= 0:
         raise RuntimeError("cannot sample n_sample <= 0 samples")
+    if not replacement and num_samples > self.shape[-1]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     compute = _compute(self.dtype)
     probs = self.astype(compute)
     if probs.ndim == 1:
