@@ -8,7 +8,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+def _into(dtype, fn):
+    """fn(device, out) with an out= of `dtype` (the result's dtype is another)."""
+    return lambda d: fn(d, torch.empty(0, dtype=dtype, device=d))
+
+
+def _floats(d):
+    return torch.tensor([[0.5, -1.5], [2.0, 3.0]], device=d)
+
+
 CASES = {
+    "nextafter of ints": lambda d: torch.nextafter(torch.ones(2, dtype=torch.int32, device=d),
+                                                    torch.zeros(2, dtype=torch.int32, device=d)),
     "copy_ partial overlap": lambda d: _shared(d, lambda a: a[1:5].copy_(a[:4])),
     "add_ partial overlap": lambda d: _shared(d, lambda a: a[1:5].add_(a[:4])),
     "out= partial overlap": lambda d: _shared(d, lambda a: torch.add(a[:4], 1, out=a[2:6])),
@@ -208,6 +219,11 @@ def test_in_place_op_does_not_grow_self(name):
 
 # the same shapes of call that are fine
 VALID = {
+    # a complex out= of real inputs: the real result is cast into it
+    "maximum into a complex out": _into(torch.complex64, lambda d, o: torch.maximum(_floats(d), -_floats(d), out=o)),
+    "hypot into a complex out": _into(torch.complex64, lambda d, o: torch.hypot(_floats(d), _floats(d), out=o)),
+    "bernoulli into an int64 out": _into(torch.int64, lambda d, o: torch.bernoulli(
+        torch.tensor([0.0, 1.0, 1.0], device=d), out=o)),
     "add_ same elements": lambda d: _shared(d, lambda a: a[:4].add_(a[:4])),
     "copy_ same elements": lambda d: _shared(d, lambda a: a.view(2, 4)[:, :2].copy_(a.view(2, 4)[:, :2].t().t())),
     "mul_ disjoint halves": lambda d: _shared(d, lambda a: a.view(2, 4)[:, :2].mul_(a.view(2, 4)[:, 2:])),
@@ -435,15 +451,6 @@ def test_mean_into_a_narrower_out_averages_in_the_input_dtype():
     want = torch.mean(x, 1, out=torch.empty(0, dtype=torch.float16))
     got = torch.mean(x.to("tpu"), 1, out=torch.empty(0, dtype=torch.float16, device="tpu"))
     assert torch.equal(got.cpu(), want)
-
-
-def _into(dtype, fn):
-    """fn(device, out) with an out= of `dtype` (the result's dtype is another)."""
-    return lambda d: fn(d, torch.empty(0, dtype=dtype, device=d))
-
-
-def _floats(d):
-    return torch.tensor([[0.5, -1.5], [2.0, 3.0]], device=d)
 
 
 WRONG_OUT_DTYPE = {

@@ -259,8 +259,10 @@ def _no_complex(error):
     """ATen has no complex kernel for these (the meta kernels accept one:
     relu of -3-1j gave 0j): `error(dtype)` is raised for a complex input."""
     def check(sch, values):
-        for v in values:
-            if isinstance(v, torch.Tensor) and v.is_complex():
+        arguments = sch.op._schema.arguments
+        for v, argument in zip(values, arguments):
+            # (a complex out= of real inputs is fine: the result is cast into it)
+            if isinstance(v, torch.Tensor) and v.is_complex() and not argument.is_out:
                 raise error(v.dtype)
 
     return check
@@ -383,6 +385,7 @@ _BEFORE_META = {
     **dict.fromkeys(_overloads("index_fill"), _int64_index),
     **dict.fromkeys(_overloads("addcdiv"), _no_integer_addcdiv),
     **dict.fromkeys(_overloads("frac"), _floating_kernel("frac_cpu")),
+    **dict.fromkeys(_overloads("nextafter"), _floating_kernel("nextafter_cpu")),
     "aten::signbit": _complex_unsupported("signbit is not implemented for complex tensors."),
     # (randn and randn_like of an integer dtype run as empty + normal_)
     "aten::normal_": _floating_kernel("normal_kernel_cpu"),
@@ -496,8 +499,6 @@ def _check_safe_cast_to_output(sch, meta_values):
             )
 
 
-# out= variants whose ATen kernels take only the result's own dtype (the meta
-# kernels cast into any); found by an eager fuzzer
 # Out= ops whose CPU/CUDA kernels require the out's dtype to be the result's
 # (meta kernels cast silently), with ATen's message for each: {want}/{got}
 # are ATen's dtype names (Float), {want_cpp}/{got_cpp} C++'s (float).
@@ -700,6 +701,14 @@ def _pow_tensor_scalar(self, exponent):
     return torch.ops.aten.pow.Tensor_Scalar(self, exponent)
 
 
+def _bernoulli_out(self, *, generator=None, out):
+    # ATen draws into an out= of any dtype; the reference kernel refuses an
+    # unsafe cast (float probabilities into an int64 out)
+    if out.shape != self.shape:
+        out.resize_(self.shape)
+    return out
+
+
 def _keeping_out_strides(op):
     """The meta kernel of an out= op that restrides its outs even when their
     sizes already fit (sort's); ATen restrides only the outs it resizes."""
@@ -720,6 +729,7 @@ _META_KERNEL_FIXES = {
     torch.ops.aten.sort.values: _keeping_out_strides(torch.ops.aten.sort.values),
     torch.ops.aten.sort.values_stable: _keeping_out_strides(torch.ops.aten.sort.values_stable),
     torch.ops.aten.pow.Tensor_Scalar: _pow_tensor_scalar,
+    torch.ops.aten.bernoulli.out: _bernoulli_out,
     torch.ops.aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward,
     torch.ops.aten.nan_to_num_.default: _nan_to_num_in_place,
     torch.ops.aten.abs.out: _abs_out,
