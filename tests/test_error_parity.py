@@ -18,6 +18,10 @@ def _floats(d):
 
 
 CASES = {
+    "cross_entropy weight of the wrong size": lambda d: F.cross_entropy(
+        torch.randn(3, 5, device=d), torch.tensor([1, 2, 3], device=d), weight=torch.ones(4, device=d)),
+    "2-d cross_entropy weight of the wrong size": lambda d: F.cross_entropy(
+        torch.randn(2, 5, 3, 3, device=d), torch.zeros(2, 3, 3, dtype=torch.long, device=d), weight=torch.ones(4, device=d)),
     "nextafter of ints": lambda d: torch.nextafter(torch.ones(2, dtype=torch.int32, device=d),
                                                     torch.zeros(2, dtype=torch.int32, device=d)),
     "copy_ partial overlap": lambda d: _shared(d, lambda a: a[1:5].copy_(a[:4])),

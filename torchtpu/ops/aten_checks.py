@@ -350,6 +350,21 @@ def _multinomial_rank(sch, values):
         raise RuntimeError("prob_dist must be 1 or 2 dim")
 
 
+def _nll_weight_size(sch, values):
+    # the meta kernels (decompositions) assert these with AssertionError
+    self, weight = values[0], values[sch.names.index("weight")]
+    classes = self.shape[-1] if self.dim() > 0 else 1
+    if weight is not None and weight.numel() != classes:
+        raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no classes but "
+                           f"got weight tensor of shape: {list(weight.shape)}")
+
+
+def _nll2d_weight_size(sch, values):
+    weight = values[sch.names.index("weight")]
+    if weight is not None and weight.numel() != values[0].shape[1]:
+        raise RuntimeError("weight tensor should be defined either for all or no classes")
+
+
 def _overloads(*names):
     """Each op name with its in-place form."""
     return [n for name in names for n in (f"aten::{name}", f"aten::{name}_")]
@@ -378,6 +393,8 @@ _BEFORE_META = {
                     _nonempty_reduction),
     "aten::topk": _topk_k_in_range,
     "aten::multinomial": _multinomial_rank,
+    "aten::nll_loss_forward": _nll_weight_size,
+    "aten::nll_loss2d_forward": _nll2d_weight_size,
     "aten::trace": _trace_dtype,
     **dict.fromkeys(("aten::var", "aten::std", "aten::var_mean", "aten::std_mean"), _degrees_of_freedom),
     "aten::index": _index_shapes_broadcast,
