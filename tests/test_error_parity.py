@@ -486,3 +486,33 @@ def test_out_of_the_wrong_dtype_raises_cpu_message(name):
         WRONG_OUT_DTYPE[name]("cpu")
     with pytest.raises(RuntimeError, match=f"^{re.escape(str(cpu.value))}$"):
         WRONG_OUT_DTYPE[name]("tpu")
+
+
+def _ones(d, *shape):
+    return torch.ones(*shape, device=d)
+
+
+SHAPE_MISMATCH = {
+    "add": lambda d: _ones(d, 6) + _ones(d, 3),
+    "mul_ in place": lambda d: _ones(d, 6).mul_(_ones(d, 3)),
+    "mul 2-d": lambda d: _ones(d, 2, 6) * _ones(d, 4, 1),
+    "where": lambda d: torch.where(_ones(d, 6) > 0, _ones(d, 3), 0.0),
+    "addcmul": lambda d: torch.addcmul(_ones(d, 3), _ones(d, 2, 1), _ones(d, 4)),
+    "masked_fill": lambda d: _ones(d, 2, 3).masked_fill(_ones(d, 3, 2).bool(), 1),
+    "matmul 2-d": lambda d: _ones(d, 5, 3) @ _ones(d, 4, 2),
+    "linear": lambda d: F.linear(_ones(d, 5, 3), _ones(d, 2, 4), _ones(d, 2)),
+    "matmul 3-d @ 2-d": lambda d: _ones(d, 2, 5, 3) @ _ones(d, 4, 2),
+    "bmm": lambda d: torch.bmm(_ones(d, 2, 5, 3), _ones(d, 2, 4, 2)),
+    "baddbmm": lambda d: torch.baddbmm(_ones(d, 2, 5, 2), _ones(d, 2, 5, 3), _ones(d, 2, 4, 2)),
+    "mv": lambda d: torch.mv(_ones(d, 5, 3), _ones(d, 4)),
+    "dot": lambda d: _ones(d, 3) @ _ones(d, 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_MISMATCH))
+def test_shape_mismatch_raises_cpu_message(name):
+    """The commonest user error gets ATen's message, not the reference kernels'."""
+    with pytest.raises(RuntimeError) as cpu:
+        SHAPE_MISMATCH[name]("cpu")
+    with pytest.raises(RuntimeError, match=f"^{re.escape(str(cpu.value))}$"):
+        SHAPE_MISMATCH[name]("tpu")

@@ -17,6 +17,34 @@ def before_meta(sch, values):
     check = _BEFORE_META.get(sch.op._schema.name)
     if check is not None:
         check(sch, values)
+    if torch.Tag.pointwise in sch.op.tags:
+        _broadcast_operands(sch, values)
+
+
+def _broadcast_operands(sch, values):
+    """TensorIterator's shape inference over the inputs (and in-place self),
+    with ATen's message for sizes that do not broadcast -- the reference
+    kernels word it "Attempting to broadcast a dimension ..."."""
+    operands = [v for v, argument in zip(values, sch.op._schema.arguments)
+                if isinstance(v, torch.Tensor) and not argument.is_out]
+    if sch.op._schema.name in ("aten::masked_fill", "aten::masked_fill_"):
+        operands.reverse()  # (ATen expands the mask against self)
+    shape = None
+    for t in operands:
+        shape = tuple(t.shape) if shape is None else _infer_size(shape, tuple(t.shape))
+
+
+def _infer_size(a, b):
+    ndim = max(len(a), len(b))
+    result = []
+    for i in reversed(range(ndim)):  # (ATen reports the last mismatching dim)
+        size_a = a[len(a) - ndim + i] if len(a) - ndim + i >= 0 else 1
+        size_b = b[len(b) - ndim + i] if len(b) - ndim + i >= 0 else 1
+        if size_a != size_b and size_a != 1 and size_b != 1:
+            raise RuntimeError(f"The size of tensor a ({size_a}) must match the size of tensor b ({size_b}) at "
+                               f"non-singleton dimension {i}")
+        result.append(size_b if size_a == 1 else size_a)
+    return tuple(reversed(result))
 
 
 def in_place_meta(sch, values, meta_values, call_meta):
@@ -122,6 +150,30 @@ def _cat_zero_dim(sch, values):
     for i, t in enumerate(values[0]):
         if isinstance(t, torch.Tensor) and t.dim() == 0:
             raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
+
+
+def _matrix_product_shapes(sch, values):
+    """ATen's shape messages for the matrix products (the reference kernels
+    word them "a and b must have same reduction dim"); then _same_dtype."""
+    name = sch.op._schema.name[len("aten::"):].rstrip("_")
+    first = 1 if name in ("addmm", "addmv", "baddbmm", "addbmm", "addr") else 0
+    a, b = values[first], values[first + 1]
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if name in ("mm", "addmm") and a.dim() == 2 and b.dim() == 2 and a.shape[1] != b.shape[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
+                               f"{b.shape[0]}x{b.shape[1]})")
+        if (name in ("bmm", "baddbmm") and a.dim() == 3 and b.dim() == 3
+                and (b.shape[0], b.shape[1]) != (a.shape[0], a.shape[2])):
+            raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{a.shape[0]}, "
+                               f"{a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
+        if name == "mv" and a.dim() == 2 and b.dim() == 1 and a.shape[1] != b.shape[0]:
+            raise RuntimeError(f"size mismatch, got input ({a.shape[0]}), mat ({a.shape[0]}x{a.shape[1]}), "
+                               f"vec ({b.shape[0]})")
+        if name == "dot" and a.dim() == 1 and b.dim() == 1 and a.numel() != b.numel():
+            raise RuntimeError(f"inconsistent tensor size, expected tensor [{a.numel()}] and src [{b.numel()}] to "
+                               f"have the same number of elements, but got {a.numel()} and {b.numel()} elements "
+                               f"respectively")
+    _same_dtype(sch, values)
 
 
 def _same_dtype(sch, values):
@@ -408,8 +460,8 @@ _BEFORE_META = {
     "aten::normal_": _floating_kernel("normal_kernel_cpu"),
     **dict.fromkeys(
         ("aten::mm", "aten::addmm", "aten::addmm_", "aten::mv", "aten::addmv", "aten::addmv_", "aten::addbmm",
-         "aten::addbmm_", "aten::baddbmm", "aten::baddbmm_", "aten::addr", "aten::addr_"),
-        _same_dtype,
+         "aten::addbmm_", "aten::baddbmm", "aten::baddbmm_", "aten::addr", "aten::addr_", "aten::bmm", "aten::dot"),
+        _matrix_product_shapes,
     ),
 }  # fmt: skip
 
