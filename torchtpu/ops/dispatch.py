@@ -21,7 +21,7 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import convert, to_jax
-from . import aten_checks, host_fill, kernel_cache, plans, promotion, row_offsets, scalar_overflow, sparse_layouts
+from . import aten_checks, host_fill, kernel_cache, meta_fixes, plans, promotion, row_offsets, scalar_overflow, sparse_layouts
 from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
@@ -565,7 +565,7 @@ def _build(entry, values, call, key):
     if lowering.accepts is not None and not lowering.accepts(*margs, **mkwargs):
         raise Declined(f"the lowering of {sch.op} does not take these arguments")
     try:
-        meta_op = aten_checks.meta_kernel(sch.op)
+        meta_op = meta_fixes.meta_kernel(sch.op)
         meta_out = aten_checks.in_place_meta(sch, values, meta_values, lambda: meta_op(*margs, **mkwargs))
     except (NotImplementedError, AttributeError, torch._subclasses.fake_tensor.DynamicOutputShapeException) as e:
         # (AttributeError: a broken meta kernel in PyTorch itself)
@@ -579,8 +579,8 @@ def _build(entry, values, call, key):
 
     if any(isinstance(m, torch.Tensor) and m.layout != torch.strided for m in torch.utils._pytree.tree_leaves(meta_out)):
         sparse_layouts.unsupported(sch.op)  # (a sparse result: embedding_bag's gradient with sparse=True)
-    meta_out = aten_checks.masked_outputs(sch, values, meta_out)
-    aten_checks.output_layout(sch, values, meta_out)
+    meta_out = meta_fixes.masked_outputs(sch, values, meta_out)
+    meta_fixes.output_layout(sch, values, meta_out)
     scalar_checks = scalar_overflow.traced_checks(sch, values, meta_out, entry.dynamic)
     kernel = _Kernel()
     kernel.random = lowering.is_random(margs, mkwargs)

@@ -1,0 +1,147 @@
+"""Where PyTorch's meta kernels describe an op's outputs differently from
+ATen's CPU/CUDA kernels -- layouts, undefined gradients, outs restrided,
+arguments refused -- and the fixes the dispatcher applies (dispatch._build).
+The checks that make bad calls raise as on the CPU are in aten_checks.py."""
+
+import torch
+
+from .aten_checks import c10_name
+
+
+def output_layout(sch, values, meta_out):
+    """Output layouts ATen's CPU/CUDA kernels choose where the meta kernel
+    returns a contiguous tensor: set on `meta_out` (fresh outputs are
+    allocated with its strides)."""
+    fix = _OUTPUT_LAYOUTS.get(sch.op)
+    if fix is not None:
+        fix(values, meta_out)
+
+
+def _convolution_layout(values, out):
+    """A convolution with a channels-last input or weight returns a
+    channels-last output (mkldnn and cudnn both do)."""
+    from torch._prims_common import suggest_memory_format
+
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    fmt = formats.get(out.dim()) if isinstance(out, torch.Tensor) else None
+    if fmt is None or out.is_contiguous(memory_format=fmt):
+        return
+    if any(isinstance(t, torch.Tensor) and t.dim() == out.dim() and suggest_memory_format(t) == fmt for t in values[:2]):
+        out.as_strided_(out.shape, torch.empty(out.shape, device="meta", memory_format=fmt).stride())
+
+
+def _layout_of_input(position):
+    """ATen's reflection and replication pads allocate the output (forward)
+    and grad_input (backward) in the input's suggested memory format."""
+    from torch._prims_common import suggest_memory_format
+
+    def fix(values, out):
+        fmt = suggest_memory_format(values[position])
+        if fmt is torch.contiguous_format or not isinstance(out, torch.Tensor):
+            return
+        strides = torch.empty(out.shape, device="meta", memory_format=fmt).stride()
+        if out.stride() != strides:
+            out.as_strided_(out.shape, strides)
+
+    return fix
+
+
+_OUTPUT_LAYOUTS = {
+    torch.ops.aten.convolution.default: _convolution_layout,
+    **{getattr(torch.ops.aten, f"{kind}_pad{k}d").default: _layout_of_input(0)
+       for kind in ("reflection", "replication") for k in (1, 2, 3)},
+    **{getattr(torch.ops.aten, f"{kind}_pad{k}d_backward").default: _layout_of_input(1)  # (grad_output, self, ...)
+       for kind in ("reflection", "replication") for k in (1, 2, 3)},
+}
+
+
+def masked_outputs(sch, values, meta_out):
+    """`meta_out` with None for the gradients an `output_mask` leaves out,
+    where the meta kernel returns a tensor but ATen's kernels return an
+    undefined one (batch norm's backward: an input that needs no gradient,
+    BatchNorm on raw data or after a frozen layer)."""
+    if sch.op not in _META_IGNORES_OUTPUT_MASK:
+        return meta_out
+    output_mask = values[sch.names.index("output_mask")]
+    return tuple(m if keep else None for m, keep in zip(meta_out, output_mask))
+
+
+_META_IGNORES_OUTPUT_MASK = {torch.ops.aten.native_batch_norm_backward.default}
+
+
+def meta_kernel(op):
+    """The meta kernel to run for `op`: PyTorch's, or ours where PyTorch's
+    refuses arguments ATen's CPU/CUDA kernels take."""
+    return _META_KERNEL_FIXES.get(op, op)
+
+
+def _nan_to_num_in_place(self, nan=None, posinf=None, neginf=None):
+    # ATen replaces in the real and imaginary parts; the reference kernel
+    # calls isneginf, which refuses complex (the functional op has a meta)
+    if self.is_complex():
+        return self
+    return torch.ops.aten.nan_to_num_.default(self, nan, posinf, neginf)
+
+
+def _abs_out(self, *, out):
+    # ATen's abs_out casts the real result into a complex out=; the
+    # reference kernel insists on the real dtype
+    if not (self.is_complex() and out.is_complex()):
+        return torch.ops.aten.abs.out(self, out=out)
+    if out.dtype != self.dtype:
+        raise RuntimeError(f"Found dtype {c10_name(out.dtype)} but expected {c10_name(self.dtype)}")
+    if out.shape != self.shape:
+        out.resize_(self.shape)
+    return out
+
+
+def _multilabel_margin_loss_forward(self, target, reduction):
+    # ATen's unreduced loss of one sample (1-d input) is 0-dim; the meta
+    # kernel's has shape (1,)
+    out, is_target = torch.ops.aten.multilabel_margin_loss_forward.default(self, target, reduction)
+    if reduction == 0 and self.dim() <= 1:
+        out = out.reshape(())
+    return out, is_target
+
+
+def _pow_tensor_scalar(self, exponent):
+    # bool ** True / False: ATen copies the base or fills ones, in bool (the
+    # reference kernel promotes to int64)
+    if self.dtype == torch.bool and isinstance(exponent, bool):
+        return torch.empty_like(self)
+    return torch.ops.aten.pow.Tensor_Scalar(self, exponent)
+
+
+def _bernoulli_out(self, *, generator=None, out):
+    # ATen draws into an out= of any dtype; the reference kernel refuses an
+    # unsafe cast (float probabilities into an int64 out)
+    if out.shape != self.shape:
+        out.resize_(self.shape)
+    return out
+
+
+def _keeping_out_strides(op):
+    """The meta kernel of an out= op that restrides its outs even when their
+    sizes already fit (sort's); ATen restrides only the outs it resizes."""
+
+    def run(*args, **kwargs):
+        outs = [kwargs[name] for name in ("values", "indices")]
+        before = [(tuple(t.shape), t.stride(), t.storage_offset()) for t in outs]
+        result = op(*args, **kwargs)
+        for t, (shape, stride, offset) in zip(outs, before):
+            if tuple(t.shape) == shape:
+                t.as_strided_(shape, stride, offset)
+        return result
+
+    return run
+
+
+_META_KERNEL_FIXES = {
+    torch.ops.aten.sort.values: _keeping_out_strides(torch.ops.aten.sort.values),
+    torch.ops.aten.sort.values_stable: _keeping_out_strides(torch.ops.aten.sort.values_stable),
+    torch.ops.aten.pow.Tensor_Scalar: _pow_tensor_scalar,
+    torch.ops.aten.bernoulli.out: _bernoulli_out,
+    torch.ops.aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward,
+    torch.ops.aten.nan_to_num_.default: _nan_to_num_in_place,
+    torch.ops.aten.abs.out: _abs_out,
+}
