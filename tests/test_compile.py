@@ -1998,3 +1998,37 @@ def test_random_factories_compile_whole_and_follow_the_seed():
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.02
     assert abs(n.mean()) < 0.05 and abs(n.std() - 1) < 0.05
     assert _graph_stats()["eager_fallback_graphs"] == 0
+
+
+_BUCKETED_REDUCTIONS = {
+    "var": lambda x: x.var(0),
+    "std keepdim, no correction": lambda x: x.std(0, keepdim=True, correction=0),
+    "var_mean": lambda x: torch.var_mean(x, 0)[0] + torch.var_mean(x, 0)[1],
+    "var of everything": lambda x: x.var() + x[0],
+    "max of everything": lambda x: x.max() - x,
+    "min of everything": lambda x: (x - 1).min() * x,
+    "prod": lambda x: (x * 0.5 + 1).prod(0),
+    "norm": lambda x: x.norm(dim=0),
+    "normalize": lambda x: F.normalize(x, dim=0),
+    "inf-norm": lambda x: torch.linalg.vector_norm(x, float("inf"), dim=0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BUCKETED_REDUCTIONS))
+def test_dynamic_reductions_over_the_padded_dim_stay_bucketed(name):
+    """Reductions over a padded dim with a padding rule (neutral fill, or the
+    masked variance with the true count): one compilation per bucket, not
+    per size, and exact values and gradients."""
+    fn = _BUCKETED_REDUCTIONS[name]
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for n in (5, 7, 9, 13, 17, 23):  # buckets 8, 16, 32
+        x = torch.randn(n, 3)
+        a, b = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+        want, got = fn(a), compiled(b)
+        assert_close(got, want, **TOL)
+        w = torch.randn(want.shape)
+        (want * w).sum().backward()
+        (got * w.to("tpu")).sum().backward()
+        assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-4)
+    forward = [g for g in _graph_stats()["per_graph"] if g["name"].endswith("forward")]
+    assert [g["compilations"] for g in forward] == [3]

@@ -227,8 +227,13 @@ def _evaluate(expr, env):
 
 SOFTMAX_LIKE = {aten._softmax.default, aten._log_softmax.default, aten._safe_softmax.default, aten.logsumexp.default}
 SUM_LIKE = {aten.sum.dim_IntList, aten.sum.default}
-MAX_LIKE = {aten.amax.default: -jnp.inf, aten.amin.default: jnp.inf}
+MAX_LIKE = {aten.amax.default: -jnp.inf, aten.amin.default: jnp.inf,
+            aten.max.default: -jnp.inf, aten.min.default: jnp.inf}
 MEAN = {aten.mean.dim, aten.mean.default}
+PROD = {aten.prod.dim_int, aten.prod.default}
+# variance family over a padded dim: the masked two-pass formula with the
+# true count (along other dims they work row by row: ROW_BY_ROW)
+VAR_LIKE = {aten.var.correction, aten.std.correction, aten.var_mean.correction}
 # all/any over any dims: padding filled with the neutral truth value (the
 # checks some decompositions add: one_hot's `all(0 <= idx)`)
 ANY_ALL = {aten.all.default: True, aten.all.dim: True, aten.all.dims: True,
@@ -529,6 +534,33 @@ def _any(mask, dims, keepdim, shape):
     return out
 
 
+def _masked_variance(op, values, mask, ctx):
+    """var/std/var_mean(x, dim, correction, keepdim) over real elements only:
+    mean and squared deviations summed where the mask is set, divided by the
+    true count (less the correction, at least 0, as ATen)."""
+    x = values[0]
+    dims = tuple(_dims(values[1], x.ndim))
+    correction = 1 if values[2] is None else values[2]
+    keepdim = bool(values[3])
+    full = _full(mask, x.shape)
+    acc = jnp.float32 if x.dtype in (jnp.bfloat16, jnp.float16) else x.dtype
+    real = _neutral(x, full, 0).astype(acc)
+    count = jnp.sum(full, axis=dims, keepdims=True).astype(acc)
+    mean = jnp.sum(real, axis=dims, keepdims=True) / count
+    deviation = jnp.where(full, real - mean, 0)
+    squares = jnp.real(deviation * jnp.conj(deviation)) if jnp.iscomplexobj(deviation) else deviation * deviation
+    divisor = jnp.maximum(count - correction, 0).real
+    var = jnp.sum(squares, axis=dims, keepdims=True) / divisor
+    if not keepdim:
+        var, mean = jnp.squeeze(var, dims), jnp.squeeze(mean, dims)
+    out_mask = _any(mask, dims, keepdim, x.shape)
+    real_dtype = jnp.real(jnp.zeros((), x.dtype)).dtype
+    if op == aten.var_mean.correction:
+        return (var.astype(real_dtype), mean.astype(x.dtype)), [out_mask, out_mask]
+    result = jnp.sqrt(var) if op == aten.std.correction else var
+    return result.astype(real_dtype), [out_mask]
+
+
 def _dims(dim, ndim):
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return list(range(ndim))
@@ -633,8 +665,16 @@ class MaskRules:
             return result, list(mask) if isinstance(mask, (tuple, list)) else [mask]
         if op == aten.repeat.default:
             return self._repeat(op, values, masks, in_metas, out_meta, lowering_fn, ctx)
-        if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE or op in ANY_ALL:
+        if op in SUM_LIKE or op in MEAN or op in MAX_LIKE or op in SOFTMAX_LIKE or op in ANY_ALL or op in PROD:
             return self._reduction(op, values, masks, lowering_fn, ctx)
+        if op == aten.linalg_vector_norm.default and masks[0] is not None and values[1] >= 0:
+            # (|0|**ord adds nothing for ord >= 0, and the inf-norm's max of |x| >= 0 ignores zeros)
+            x, mask = values[0], masks[0]
+            dims, keepdim = _dims(values[2], x.ndim), bool(values[3])
+            return lowering_fn(ctx, _neutral(x, mask, 0), *values[1:]), [_any(mask, dims, keepdim, x.shape)]
+        if op in VAR_LIKE and masks[0] is not None and set(_dims(values[1], values[0].ndim)) & set(
+                self.shapes.padded_dims(in_metas[0])):
+            return _masked_variance(op, values, masks[0], ctx)
         if op in SOFTMAX_BACKWARD:
             grad, output = values[0], values[1]
             fill = 0 if op == aten._softmax_backward_data.default else -jnp.inf
@@ -1033,9 +1073,15 @@ class MaskRules:
             keepdim = bool(values[2]) if op == aten.sum.dim_IntList else False
             values = [_neutral(x, mask, 0)] + list(values[1:])
             return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
-        if op in MAX_LIKE:
-            dims, keepdim = _dims(values[1], x.ndim), bool(values[2])
+        if op in MAX_LIKE:  # (max()/min() of everything have no dim arguments)
+            dims = _dims(values[1] if len(values) > 1 else None, x.ndim)
+            keepdim = bool(values[2]) if len(values) > 2 else False
             values = [_neutral(x, mask, _in_range(MAX_LIKE[op], x.dtype))] + list(values[1:])
+            return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
+        if op in PROD:
+            dims = _dims(values[1] if op == aten.prod.dim_int else None, x.ndim)
+            keepdim = bool(values[2]) if op == aten.prod.dim_int else False
+            values = [_neutral(x, mask, 1)] + list(values[1:])
             return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
         if op in MEAN:
             dims = _dims(values[1] if op == aten.mean.dim else None, x.ndim)
