@@ -479,13 +479,17 @@ WRONG_OUT_DTYPE = {
 }
 
 
+def _raises_the_cpu_message(fn):
+    with pytest.raises(RuntimeError) as cpu:
+        fn("cpu")
+    with pytest.raises(RuntimeError, match=f"^{re.escape(str(cpu.value))}$"):
+        fn("tpu")
+
+
 @pytest.mark.parametrize("name", sorted(WRONG_OUT_DTYPE))
 def test_out_of_the_wrong_dtype_raises_cpu_message(name):
     """ATen refuses these outs (the meta kernels and decompositions cast)."""
-    with pytest.raises(RuntimeError) as cpu:
-        WRONG_OUT_DTYPE[name]("cpu")
-    with pytest.raises(RuntimeError, match=f"^{re.escape(str(cpu.value))}$"):
-        WRONG_OUT_DTYPE[name]("tpu")
+    _raises_the_cpu_message(WRONG_OUT_DTYPE[name])
 
 
 def _ones(d, *shape):
@@ -512,7 +516,4 @@ SHAPE_MISMATCH = {
 @pytest.mark.parametrize("name", sorted(SHAPE_MISMATCH))
 def test_shape_mismatch_raises_cpu_message(name):
     """The commonest user error gets ATen's message, not the reference kernels'."""
-    with pytest.raises(RuntimeError) as cpu:
-        SHAPE_MISMATCH[name]("cpu")
-    with pytest.raises(RuntimeError, match=f"^{re.escape(str(cpu.value))}$"):
-        SHAPE_MISMATCH[name]("tpu")
+    _raises_the_cpu_message(SHAPE_MISMATCH[name])
