@@ -21,7 +21,8 @@ CASES = {
     "cross_entropy weight of the wrong size": lambda d: F.cross_entropy(
         torch.randn(3, 5, device=d), torch.tensor([1, 2, 3], device=d), weight=torch.ones(4, device=d)),
     "2-d cross_entropy weight of the wrong size": lambda d: F.cross_entropy(
-        torch.randn(2, 5, 3, 3, device=d), torch.zeros(2, 3, 3, dtype=torch.long, device=d), weight=torch.ones(4, device=d)),
+        torch.randn(2, 5, 3, 3, device=d), torch.zeros(2, 3, 3, dtype=torch.long, device=d),
+        weight=torch.ones(4, device=d)),
     "nextafter of ints": lambda d: torch.nextafter(torch.ones(2, dtype=torch.int32, device=d),
                                                     torch.zeros(2, dtype=torch.int32, device=d)),
     "copy_ partial overlap": lambda d: _shared(d, lambda a: a[1:5].copy_(a[:4])),
@@ -459,7 +460,8 @@ def test_mean_into_a_narrower_out_averages_in_the_input_dtype():
 
 WRONG_OUT_DTYPE = {
     "neg int -> long": _into(torch.int64, lambda d, o: torch.neg(torch.ones(2, dtype=torch.int32, device=d), out=o)),
-    "bitwise_not": _into(torch.int64, lambda d, o: torch.bitwise_not(torch.ones(2, dtype=torch.int32, device=d), out=o)),
+    "bitwise_not": _into(torch.int64, lambda d, o: torch.bitwise_not(
+        torch.ones(2, dtype=torch.int32, device=d), out=o)),
     "gelu bf16 -> float": _into(torch.float32, lambda d, o: torch._C._nn.gelu(_floats(d).bfloat16(), out=o)),
     "nan_to_num": _into(torch.float64, lambda d, o: torch.nan_to_num(_floats(d), out=o)),
     "take": _into(torch.float64, lambda d, o: torch.take(_floats(d), torch.tensor([0, 3], device=d), out=o)),

@@ -80,7 +80,8 @@ CASES = {
     "view_complex_of_odd_storage": (lambda x: x[:6].view(torch.complex64), arange(7)),
     "view_wider_of_odd_byte_storage": (lambda x: x[4:8].view(torch.int32), arange(10, dtype=torch.int8)),
     "write_complex_view_of_odd_storage": (lambda x: x[:6].view(torch.complex64)[1:].fill_(5 + 6j), arange(7)),
-    "write_wider_view_of_odd_byte_storage": (lambda x: x[4:8].view(torch.int32).fill_(-7), arange(10, dtype=torch.int8)),
+    "write_wider_view_of_odd_byte_storage": (lambda x: x[4:8].view(torch.int32).fill_(-7),
+                                             arange(10, dtype=torch.int8)),
     "contiguous_of_transpose": (lambda x: x.t().contiguous(), arange(3, 4)),
     "channels_last": (lambda x: x.contiguous(memory_format=torch.channels_last), arange(2, 3, 4, 5)),
     "clone_preserves_strides": (lambda x: x.permute(0, 2, 3, 1).clone(), arange(2, 3, 4, 5)),
@@ -110,7 +111,8 @@ CASES = {
     "permute_write_region": (lambda x: x.permute(1, 0, 2)[1].fill_(-3), arange(2, 3, 4)),
     "bool_row_fill": (lambda x: x[1].fill_(True), arange(4, 4, dtype=torch.bool)),
     "bool_column_logical_not": (lambda x: x[:, 2].logical_not_(), arange(4, 4, dtype=torch.bool)),
-    "bool_plane_masked_fill": (lambda x: x[:, 1].masked_fill_(x[:, 2].clone(), False), arange(3, 4, 5, dtype=torch.bool)),
+    "bool_plane_masked_fill": (lambda x: x[:, 1].masked_fill_(x[:, 2].clone(), False),
+                               arange(3, 4, 5, dtype=torch.bool)),
 }
 
 

@@ -21,7 +21,8 @@ import torch
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import convert, to_jax
-from . import aten_checks, host_fill, kernel_cache, meta_fixes, plans, promotion, row_offsets, scalar_overflow, sparse_layouts
+from . import (aten_checks, host_fill, kernel_cache, meta_fixes, plans, promotion, row_offsets, scalar_overflow,
+               sparse_layouts)
 from .aten_checks import c10_name
 from .context import LoweringContext, matmul_precision, matmul_scope
 from .registry import find_lowering
