@@ -14,10 +14,9 @@ _initialized = False
 def _lazy_init():
     """Start the runtime (JAX) if it is not running yet."""
     global _initialized
-    if _is_in_bad_fork():
-        from .runtime import devices
+    from .runtime import devices
 
-        devices.check_not_forked()
+    devices.check_not_forked()
     if _initialized:
         return
     from .ops.registration import ensure_loaded

@@ -21,6 +21,7 @@ from ...runtime.dtypes import to_jax
 from .. import dispatch
 from ..registry import lower
 from .common import acc_dtype
+from .linalg_decomp import _to_out
 from .reductions import reject
 from ..schema import schema_of
 from ..special import special
@@ -286,11 +287,7 @@ def thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
 
 
 def _into(outs, results):
-    for out, result in zip(outs, results):
-        if out.shape != result.shape:
-            out.resize_(result.shape)
-        out.copy_(result)
-    return tuple(outs)
+    return tuple(_to_out(out, result) for out, result in zip(outs, results))
 
 
 @special(aten._thnn_fused_gru_cell.out)
