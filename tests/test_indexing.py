@@ -288,6 +288,23 @@ def test_index_put_errors():
     assert x.cpu().eq(0).all()
 
 
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.uint16, torch.uint32, torch.float32])
+def test_index_tensor_of_a_rejected_dtype_raises_index_error(dtype):
+    """Only long/int (and bool/byte masks) index, as on CPU: reads, writes and
+    index_put_ raise ATen's IndexError and leave the tensor unchanged."""
+    x = torch.arange(3.0).to(TPU)
+    i = torch.tensor([1]).to(dtype).to(TPU)
+    message = "tensors used as indices must be long, int, byte or bool tensors"
+    with pytest.raises(IndexError, match=message):
+        x[i]
+    with pytest.raises(IndexError, match=message):
+        x[i] = 0.0
+    with pytest.raises(IndexError, match=message):
+        x.index_put_((i,), torch.tensor(0.0).to(TPU))
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0]
+
+
 # ---------------------------------------------------------- masked_fill
 
 

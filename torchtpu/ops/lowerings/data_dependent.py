@@ -171,6 +171,7 @@ def masked_select_out(self, mask, *, out):
 # -------------------------------------------------- boolean indexing
 
 _MASK_DTYPES = (torch.bool, torch.uint8)
+_INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 def _mask_error(mask, self, j, d):
@@ -222,7 +223,7 @@ def _prepare_indices(self, indices):
             out.extend(coords.select(1, j) for j in range(idx.dim()))
             d += idx.dim()
             continue
-        if idx.dtype not in (torch.int64, torch.int32):
+        if idx.dtype not in _INDEX_DTYPES:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
         if idx.device != device and idx.dim() > 0:
             idx = idx.to(device)
@@ -257,7 +258,8 @@ def _plain_indices(put=False):
 
     def predicate(*args, **kwargs):
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
-        if any(i is not None and i.dtype in _MASK_DTYPES for i in indices):
+        # masks, and index dtypes ATen rejects (the handler raises its IndexError)
+        if any(i is not None and i.dtype not in _INDEX_DTYPES for i in indices):
             return False
         if put:
             values = args[2] if len(args) > 2 else kwargs.get("values")
