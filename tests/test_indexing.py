@@ -305,6 +305,30 @@ def test_index_tensor_of_a_rejected_dtype_raises_index_error(dtype):
     assert x.cpu().tolist() == [0.0, 1.0, 2.0]
 
 
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda a: a.__setitem__(a > 2, a[:3]),
+        lambda a: a.__setitem__(torch.arange(6).to(a.device), a),
+        lambda a: a.index_put_((torch.arange(3).to(a.device),), a[3:]),
+        lambda a: a.index_put_((torch.arange(3).to(a.device),), a[3:], accumulate=True),
+    ],
+    ids=["mask", "index-whole", "index-slice", "accumulate"],
+)
+def test_index_put_of_values_sharing_self_memory_raises(write):
+    """ATen's assert_no_overlap: writing part of a tensor into itself through
+    an index is refused (on CPU and CUDA), not a read of half-written data."""
+    for device in ("cpu", TPU):
+        a = torch.arange(6.0).to(device)
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            write(a)
+        assert a.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    b = torch.arange(6.0).to(TPU)
+    b[b > 2] = b[0]  # a one-element value: masked_fill, no check, as in ATen
+    assert b.cpu().tolist() == [0.0, 1.0, 2.0, 0.0, 0.0, 0.0]
+
+
 # ---------------------------------------------------------- masked_fill
 
 

@@ -485,10 +485,11 @@ def _check_internal_overlap(sch, values):
                 )
 
 
-# Non-pointwise kernels with ATen's overlap asserts between out= and inputs:
-# any shared element (cat, index_select, gather), or a partial overlap only
-# (the scans, as TensorIterator ops)
-_OUT_NO_OVERLAP = {"aten::cat", "aten::index_select", "aten::gather"}
+# Non-pointwise kernels with ATen's overlap asserts between out= (or self,
+# written in place) and inputs: any shared element (cat, index_select,
+# gather, index_put_'s values and indices), or a partial overlap only (the
+# scans, as TensorIterator ops)
+_OUT_NO_OVERLAP = {"aten::cat", "aten::index_select", "aten::gather", "aten::index_put_", "aten::_index_put_impl_"}
 _OUT_NO_PARTIAL_OVERLAP = {"aten::cumsum", "aten::cumprod", "aten::logcumsumexp", "aten::copy_"}
 
 
