@@ -57,11 +57,14 @@ uint64_t TpuGeneratorImpl::get_offset() const {
 }
 
 void TpuGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
+  // A wrong kind of tensor is a TypeError, as for the CPU and CUDA
+  // generators (at::detail::check_rng_state); a wrong size a RuntimeError.
+  TORCH_CHECK_TYPE(
+      new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && new_state.device().is_cpu() &&
+          new_state.layout() == c10::kStrided,
+      "RNG state must be a torch.ByteTensor");
   TORCH_CHECK(
-      new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>() &&
-          new_state.device().is_cpu() &&
-          static_cast<size_t>(new_state.numel()) == kStateBytes &&
-          new_state.is_contiguous(),
+      static_cast<size_t>(new_state.numel()) == kStateBytes && new_state.is_contiguous(),
       "RNG state for a tpu generator must be a contiguous CPU ByteTensor of ",
       kStateBytes,
       " bytes (as returned by get_rng_state)");

@@ -271,6 +271,16 @@ def test_rng_state_roundtrip():
     assert torch.tpu.initial_seed() == 7
 
 
+
+def test_bad_rng_states_and_device_arguments_raise_torch_cuda_s_error_types():
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+        torch.tpu.set_rng_state(torch.zeros(16))  # (CPU and CUDA: TypeError too)
+    with pytest.raises(RuntimeError, match="16 bytes"):
+        torch.tpu.set_rng_state(torch.zeros(3, dtype=torch.uint8))
+    for call in (torch.tpu.synchronize, torch.tpu.memory_allocated, torch.tpu.get_rng_state):
+        with pytest.raises(ValueError, match="Expected a torch.device with a specified index or an integer"):
+            call(1.5)
+
 def test_generator_object():
     g = torch.Generator(device="tpu")
     g.manual_seed(5)

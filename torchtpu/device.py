@@ -48,6 +48,8 @@ def _index(device) -> int:
         return device
     if isinstance(device, str):
         device = torch.device(device)
+    if not isinstance(device, torch.device):  # (torch.cuda's error for, e.g., a float)
+        raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
     if device.type != "tpu":
         raise ValueError(f"Expected a tpu device, but got: {device}")
     return device.index if device.index is not None else current_device()
