@@ -74,6 +74,27 @@ def test_complex_to_real_converts_the_real_part_without_jax_warnings(dst_dtype):
     torch.testing.assert_close(got.float(), z.to(dst_dtype).float(), rtol=0, atol=0, equal_nan=True)
 
 
+
+def test_complex_to_real_copy_warns_once_as_aten_does(monkeypatch):
+    from torchtpu.ops import transfer
+
+    monkeypatch.setattr(transfer, "_warned_complex_to_real", False)
+    z = torch.tensor([1 + 2j, -3j]).to("tpu")
+    with pytest.warns(UserWarning, match="Casting complex values to real discards the imaginary part"):
+        assert z.real.float().cpu().tolist() == [1.0, 0.0] and z.float().cpu().tolist() == [1.0, 0.0]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process, as TORCH_WARN_ONCE
+        torch.zeros(2).to("tpu").copy_(z)
+
+
+@pytest.mark.parametrize("value", [2.5, 3, False, 2**40, 1e300])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool, torch.int64], ids=str)
+def test_copy_from_a_python_number_fills_like_the_cpu(value, dtype):
+    expected = torch.ones(2, dtype=dtype).copy_(value)
+    assert torch.equal(torch.ones(2, dtype=dtype).to("tpu").copy_(value).cpu(), expected)
+
 def test_float_to_int_truncates_like_torch():
     x = torch.tensor([-2.7, -0.5, 0.5, 2.7, 1e3])
     assert torch.equal(x.to("tpu").to(torch.int32).cpu(), x.to(torch.int32))
