@@ -568,6 +568,8 @@ def test_bincount():
     check(lambda a, w: torch.bincount(a, w), x, w)
     check(lambda a, w: torch.bincount(a, w.double()), x, w)
     check(lambda a: torch.bincount(a, minlength=3), torch.zeros(0, dtype=torch.long))
+    empty = torch.zeros(0, dtype=torch.long)
+    check(lambda a, w: torch.bincount(a, w, minlength=3), empty, torch.zeros(0))  # int64, not the weights dtype
     with pytest.raises(RuntimeError, match="non-negative"):
         torch.bincount(torch.tensor([1, -1]).to(TPU))
     with pytest.raises(NotImplementedError, match="not implemented for 'Float'"):  # (as ATen's integral dispatch)

@@ -503,9 +503,9 @@ def bincount(self, weights=None, minlength=0):
     if weights is not None and (weights.dim() != 1 or weights.shape[0] != self.shape[0]):
         raise RuntimeError("weights should be 1-d and have the same length as input")
     device = self.device
+    if self.numel() == 0:  # int64 whatever the weights, as ATen
+        return torch.zeros((minlength,), dtype=torch.int64, device=device)
     dtype = _bincount_dtype(weights)
-    if self.numel() == 0:
-        return torch.zeros((minlength,), dtype=dtype, device=device)
     x = _materialize(self)
     lo, hi = (int(v) for v in np.asarray(_bincount_stats(x)))
     if lo < 0:
