@@ -332,6 +332,27 @@ class SyntheticAllocator final : public c10::DeviceAllocator {
     return device_of_locked(reinterpret_cast<uintptr_t>(ptr));
   }
 
+  // Whether `address` is where a live allocation begins.
+  bool is_allocation_start(uintptr_t address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const c10::DeviceIndex device = device_of_locked(address);
+    if (device < 0) {
+      return false;
+    }
+    const auto& segments = states_[device]->segments;
+    auto it = segments.upper_bound(address);
+    if (it == segments.begin()) {
+      return false;
+    }
+    --it;
+    for (const Block* b = it->second.head; b != nullptr && b->address <= address; b = b->next) {
+      if (b->address == address) {
+        return b->allocated;
+      }
+    }
+    return false;
+  }
+
   // --------------------------------------------------- memory API
 
   MemoryCounters counters(c10::DeviceIndex device) {
@@ -955,6 +976,18 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t new_nbytes) {
 
 c10::DeviceIndex device_of_address(const void* ptr) {
   return get_allocator()->device_of(ptr);
+}
+
+void check_whole_storage(const c10::Storage& storage) {
+  const c10::DataPtr& data = storage.data_ptr();
+  if (data.get() == nullptr || data.get_deleter() == &free_block_deleter) {
+    return;  // (the common case: allocated here)
+  }
+  TORCH_CHECK(
+      get_allocator()->is_allocation_start(reinterpret_cast<uintptr_t>(data.get())),
+      "torchtpu: this tpu tensor's storage begins inside another tpu storage (an UntypedStorage "
+      "slice, or torch.from_dlpack of a view at an offset); a tpu storage can only be shared "
+      "whole. Take a view of the tensor instead (t[2:], t.as_strided(...)), or clone() it.");
 }
 
 DeviceStats device_stats(c10::DeviceIndex device) {

@@ -76,6 +76,12 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t new_nbytes);
 // Device that owns a synthetic address, or -1.
 c10::DeviceIndex device_of_address(const void* ptr);
 
+// Raises unless the storage is one this allocator made or shares one whole
+// (from_dlpack of a whole tensor): a storage starting inside another would
+// read an empty box and write a separate one (the box table is keyed by
+// storage start address).
+void check_whole_storage(const c10::Storage& storage);
+
 // ------------------------------------------------------------ memory API
 // (bindings in memory_bindings.cpp; torch.tpu.memory_* in torchtpu/memory.py)
 

@@ -269,6 +269,7 @@ void add_tpu_tensor(Call& call, const at::Tensor& t, bool trace_offsets) {
     return;
   }
   const auto& storage = impl->unsafe_storage();
+  check_whole_storage(storage);
   const auto address = reinterpret_cast<uintptr_t>(storage.data());
   size_t slot = 0;
   while (slot < call.addresses.size() && call.addresses[slot] != address) {

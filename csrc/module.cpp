@@ -141,6 +141,7 @@ PYBIND11_MODULE(_C, m) {
       "_tensor_info",
       [](const at::Tensor& t) {
         const auto& storage = t.storage();
+        check_whole_storage(storage);
         return py::make_tuple(
             reinterpret_cast<uintptr_t>(storage.data()),
             storage.nbytes(),

@@ -553,3 +553,22 @@ def test_a_tensor_does_not_keep_the_code_that_made_it_alive():
     gc.collect()
     assert code() is None
     assert y.cpu().shape == (4,)
+
+
+def test_a_storage_starting_inside_another_raises_instead_of_reading_zeros():
+    from torch.utils import dlpack
+
+    t = torch.arange(6.0).to("tpu")
+    whole = torch.from_dlpack(dlpack.to_dlpack(t))  # shares the storage whole: fine
+    whole[0] = 42.0
+    assert t.cpu().tolist() == [42.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    inner = [
+        lambda: torch.from_dlpack(dlpack.to_dlpack(t[2:])),
+        lambda: torch.empty(0, device="tpu").set_(t.untyped_storage()[8:16], 0, (2,), (1,)),
+    ]
+    for make in inner:
+        with pytest.raises(RuntimeError, match="begins inside another tpu storage"):
+            make().cpu()
+        with pytest.raises(RuntimeError, match="begins inside another tpu storage"):
+            make().add_(1)
+    assert t.cpu().tolist() == [42.0, 1.0, 2.0, 3.0, 4.0, 5.0]
