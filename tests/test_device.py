@@ -76,9 +76,9 @@ def test_complex_to_real_converts_the_real_part_without_jax_warnings(dst_dtype):
 
 
 def test_complex_to_real_copy_warns_once_as_aten_does(monkeypatch):
-    from torchtpu.ops import transfer
+    from torchtpu.ops import warn_once
 
-    monkeypatch.setattr(transfer, "_warned_complex_to_real", False)
+    monkeypatch.setattr(warn_once, "given", set())
     z = torch.tensor([1 + 2j, -3j]).to("tpu")
     with pytest.warns(UserWarning, match="Casting complex values to real discards the imaginary part"):
         assert z.real.float().cpu().tolist() == [1.0, 0.0] and z.float().cpu().tolist() == [1.0, 0.0]

@@ -2,8 +2,6 @@
 `copy_` in every direction, `_local_scalar_dense`, and `materialize` (a tpu
 tensor's logical value as one jax.Array)."""
 
-import warnings
-
 import jax
 import numpy as np
 import torch
@@ -13,6 +11,7 @@ from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import numpy_to_torch, to_jax, torch_to_numpy
 from . import dispatch, plans, row_offsets
 from .special import special
+from .warn_once import warn_once
 
 aten = torch.ops.aten
 
@@ -110,7 +109,8 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     if not isinstance(src, torch.Tensor):  # `t.copy_(2.5)`: the number arrives unwrapped
         src = torch.tensor(src, dtype=torch.float64 if type(src) is float else None)
     if src.is_complex() and not dst.is_complex():
-        _warn_complex_to_real()
+        # (ATen's copy_ warning; stacklevel: the user's line, past slow_path)
+        warn_once("Casting complex values to real discards the imaginary part", stacklevel=3)
     dst_tpu = dst.device.type == "tpu"
     src_tpu = src.device.type == "tpu"
     if dst_tpu and src_tpu:
@@ -132,17 +132,6 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
             host = host._neg_view()
         return dst.copy_(host)
     raise RuntimeError(f"torchtpu: copy_ between {dst.device} and {src.device}")
-
-
-_warned_complex_to_real = False
-
-
-def _warn_complex_to_real():
-    """ATen's copy_ warning, once per process as TORCH_WARN_ONCE gives it."""
-    global _warned_complex_to_real
-    if not _warned_complex_to_real:
-        _warned_complex_to_real = True
-        warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=4)
 
 
 def _copy_array_into(dst, array, src_dtype):
