@@ -3,6 +3,7 @@ PyTorch's meta kernels skip (torchtpu/ops/aten_checks.py), found by the
 randomized programs."""
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -195,9 +196,14 @@ _FUZZER_CASES = {
 
 @pytest.mark.parametrize("name", sorted(_FUZZER_CASES))
 def test_fuzzer_found_results_match_cpu(name):
+    _assert_same_outcome(_FUZZER_CASES[name])
+
+
+def _assert_same_outcome(fn):
+    """fn(device) returns the same tensor on both, or raises the same error."""
     def outcome(device):
         try:
-            return _FUZZER_CASES[name](device).cpu()
+            return fn(device).cpu()
         except Exception as e:  # noqa: BLE001
             return type(e), str(e)
 
@@ -208,6 +214,107 @@ def test_fuzzer_found_results_match_cpu(name):
         assert isinstance(tpu, torch.Tensor), tpu
         assert tpu.dtype == cpu.dtype
         torch.testing.assert_close(tpu, cpu, equal_nan=True)
+
+
+def _randn(device, *shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device)
+
+
+def _nll(device, input_shape, target, weight=None, op=torch.ops.aten.nll_loss_forward, reduction=1):
+    """nll_loss_forward's (or nll_loss2d_forward's) loss; `target` a tensor on CPU."""
+    weight = None if weight is None else weight.to(device)
+    return op(_randn(device, *input_shape), target.to(device), weight, reduction, -100)[0]
+
+
+def _sdpa(device, mask_shape, q_shape=(1, 2, 4, 8), k_shape=None, **kwargs):
+    q, k = _randn(device, *q_shape), _randn(device, *(k_shape or q_shape))
+    mask = torch.ones(mask_shape, dtype=torch.bool, device=device)
+    return F.scaled_dot_product_attention(q, k, k, attn_mask=mask, **kwargs)
+
+
+_U8 = torch.tensor([1, 5, 3], dtype=torch.uint8)
+
+# Reported: tpu raised another error (an AssertionError of a decomposition,
+# a gather() or JAX message), or computed where the CPU raises, or the reverse.
+REPORTED = {
+    # nll_loss: ATen's checks in ATen's order (see aten_checks._nll_checks)
+    "nll_loss of a 2-d target": lambda d: F.nll_loss(_randn(d, 3, 5), torch.zeros(3, 4, dtype=torch.long, device=d)),
+    "cross_entropy of a 2-d float target of other classes": lambda d: F.cross_entropy(_randn(d, 3, 5), _randn(d, 3, 4)),
+    "cross_entropy of float class indices": lambda d: F.cross_entropy(_randn(d, 3, 5), _t([0.0, 2.0, 1.0], torch.float32, d)),
+    "2-d cross_entropy of float class indices": lambda d: F.cross_entropy(_randn(d, 2, 5, 3, 3), torch.zeros(2, 3, 3, device=d)),
+    "nll_loss of int32 class indices": lambda d: _nll(d, (3, 5), torch.zeros(3, dtype=torch.int32)),
+    "nll_loss of a 3-d input": lambda d: _nll(d, (2, 3, 4), torch.zeros(2, 3, 4, dtype=torch.long)),
+    "nll_loss float target of the wrong size": lambda d: _nll(d, (3, 5), torch.zeros(4)),
+    "nll_loss target of the wrong size": lambda d: _nll(d, (3, 5), torch.zeros(4, dtype=torch.long)),
+    "nll_loss of a long input": lambda d: F.nll_loss(torch.ones(3, 5, dtype=torch.long, device=d), torch.zeros(3, dtype=torch.long, device=d)),
+    "nll_loss weight of another dtype": lambda d: _nll(d, (3, 5), torch.zeros(3, dtype=torch.long), torch.ones(5, dtype=torch.float64)),
+    "nll_loss of a uint8 target": lambda d: _nll(d, (3, 5), torch.tensor([0, 2, 1], dtype=torch.uint8)),
+    "nll_loss of a uint8 target, ignore_index 258": lambda d: torch.ops.aten.nll_loss_forward(
+        _randn(d, 3, 5), _t([0, 2, 1], torch.uint8, d), None, 1, 258)[0],
+    "nll_loss of one sample, a (1,) target": lambda d: _nll(d, (5,), torch.tensor([3]), reduction=0),
+    "nll_loss of one sample, a (2,) target": lambda d: _nll(d, (5,), torch.tensor([3, 1])),
+    "nll_loss2d of a uint8 target": lambda d: _nll(d, (2, 5, 3, 3), torch.zeros(2, 3, 3, dtype=torch.uint8),
+                                                   op=torch.ops.aten.nll_loss2d_forward),
+    "nll_loss2d of a 2-d target": lambda d: _nll(d, (2, 5, 3, 3), torch.zeros(2, 3), op=torch.ops.aten.nll_loss2d_forward),
+    "nll_loss2d target of the wrong size": lambda d: _nll(d, (2, 5, 3, 3), torch.zeros(2, 3, 4, dtype=torch.long),
+                                                          op=torch.ops.aten.nll_loss2d_forward),
+    "nll_loss2d weight of shape (C, 1)": lambda d: _nll(d, (2, 5, 3, 3), torch.ones(2, 3, 3, dtype=torch.long),
+                                                        torch.arange(5.0).reshape(5, 1), torch.ops.aten.nll_loss2d_forward),
+    "cross_entropy of a uint8 target, backward": lambda d: (lambda x: (F.cross_entropy(
+        x, _t([0, 2, 1], torch.uint8, d), ignore_index=2).backward(), x.grad)[1])(_randn(d, 3, 5).requires_grad_()),
+    # attention masks that do not broadcast to the (..., L, S) scores (JAX's ValueError)
+    "sdpa mask (3, 3) for L = S = 4": lambda d: _sdpa(d, (3, 3)),
+    "sdpa mask of other queries": lambda d: _sdpa(d, (3, 6), k_shape=(1, 2, 6, 8)),
+    "sdpa mask of other heads": lambda d: _sdpa(d, (3, 4, 4)),
+    "sdpa mask of more dims": lambda d: _sdpa(d, (5, 1, 2, 4, 4)),
+    "sdpa 1-d mask": lambda d: _sdpa(d, (4,)),
+    "sdpa causal with a mask that does not fit": lambda d: _sdpa(d, (3, 3), is_causal=True),
+    "sdpa mask that broadcasts": lambda d: _sdpa(d, (2, 1, 4, 6), q_shape=(2, 2, 4, 8), k_shape=(2, 2, 6, 8)),
+    # a uint8 condition (the reference kernel takes bool only)
+    "where of a uint8 condition": lambda d: torch.where(_t([1, 0, 2], torch.uint8, d), 1.0, 0.0),
+    "where of a uint8 condition into out=": lambda d: torch.where(
+        _t([1, 0, 2], torch.uint8, d), _randn(d, 3), _randn(d, 2, 1), out=torch.empty(0, device=d)),
+    "where of an int8 condition": lambda d: torch.where(_t([1, 0, 2], torch.int8, d), 1.0, 0.0),
+    # clamp's Scalar-bound out= overloads want the result's dtype; the Tensor-bound ones cast
+    **{f"{name} into an out= of another dtype": (lambda fn: lambda d: fn(_U8.to(d), out=torch.zeros(3, dtype=torch.int64, device=d)))(fn)
+       for name, fn in {
+           "clamp": lambda x, out: torch.clamp(x, 0, 2, out=out),
+           "clamp without max": lambda x, out: torch.clamp(x, 0, out=out),
+           "clamp_min": lambda x, out: torch.clamp_min(x, 2, out=out),
+           "clamp_max": lambda x, out: torch.clamp_max(x, 2, out=out),
+           "clamp with Tensor bounds": lambda x, out: torch.clamp(x, x * 0, x * 0 + 2, out=out),
+           "clamp_min with a Tensor bound": lambda x, out: torch.clamp_min(x, x * 0 + 2, out=out),
+           "clamp_max with a Tensor bound": lambda x, out: torch.clamp_max(x, x * 0 + 2, out=out),
+           "clamp with a float bound": lambda x, out: torch.clamp(x, 0.5, out=out),
+       }.items()},
+    "neg of float into a long out=": lambda d: torch.neg(_randn(d, 3), out=torch.empty(0, dtype=torch.int64, device=d)),
+    # nextafter computes in the promoted dtype
+    "nextafter of long and float": lambda d: torch.nextafter(_t([28], torch.int64, d), _t([0.0], torch.float32, d)),
+    "nextafter of int32 and a 0-dim double": lambda d: torch.nextafter(_t([28], torch.int32, d), _t(0.0, torch.float64, d)),
+    "nextafter of long and bfloat16": lambda d: torch.nextafter(_t([28], torch.int64, d), _t([0.0], torch.bfloat16, d)),
+    "nextafter of longs": lambda d: torch.nextafter(_t([28], torch.int64, d), _t([0], torch.int64, d)),
+    "nextafter of long and complex": lambda d: torch.nextafter(_t([28], torch.int64, d), _t([0j], torch.complex64, d)),
+    "nextafter_ of a long self": lambda d: _t([28], torch.int64, d).nextafter_(_t([0.0], torch.float32, d)),
+    # in-place broadcast past self: ATen's wording (the meta kernels print torch.Size)
+    "add_ broadcast past self": lambda d: torch.ones(1, 2, device=d).add_(torch.ones(3, 1, 2, device=d)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(REPORTED))
+def test_reported_calls_match_cpu(name):
+    _assert_same_outcome(REPORTED[name])
+
+
+def test_where_of_a_uint8_condition_warns_once_like_cpu(monkeypatch):
+    from torchtpu.ops import warn_once
+
+    monkeypatch.setattr(warn_once, "given", set())
+    condition = _t([[1, 0, 2, 0, 0, 7, 1]], torch.uint8, "tpu")  # (a shape of its own: a kernel is built)
+    with pytest.warns(UserWarning, match="where received a uint8 condition tensor. This behavior is deprecated"):
+        torch.where(condition, 1.0, 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (ATen warns once per process)
+        torch.where(condition.t(), 1.0, 0.0)
 
 
 @pytest.mark.parametrize("name", sorted(_GROWING_IN_PLACE))

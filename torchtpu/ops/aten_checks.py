@@ -19,6 +19,7 @@ def before_meta(sch, values):
         check(sch, values)
     if torch.Tag.pointwise in sch.op.tags:
         _broadcast_operands(sch, values)
+        _check_written_dtypes(sch, values)
 
 
 def _broadcast_operands(sch, values):
@@ -32,6 +33,29 @@ def _broadcast_operands(sch, values):
     shape = None
     for t in operands:
         shape = tuple(t.shape) if shape is None else _infer_size(shape, tuple(t.shape))
+    if shape is not None and sch.op._schema.name not in _RESHAPES_SELF:
+        _written_fits(sch, values, shape)
+
+
+def _written_fits(sch, values, shape):
+    # ATen's message for a broadcast past `self` of an in-place op (the meta
+    # kernels of add_, mul_, ... print torch.Size; see in_place_meta)
+    for p in _read_and_written(sch, values):
+        if tuple(values[p].shape) != shape:
+            raise RuntimeError(f"output with shape {list(values[p].shape)} doesn't match the broadcast shape "
+                               f"{list(shape)}")
+
+
+def _check_written_dtypes(sch, values):
+    """TensorIterator's dtype checks of what an op writes, after its shape
+    checks: the meta kernels' out= wrappers refuse an unsafe cast first, in
+    their own words ("Attempting to cast ...": nextafter_, clamp(out=))."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not sch.mutated or any(type(n) is not int for t in tensors for n in t.shape):
+        return  # (symbolic sizes: a compiled graph, checked by dynamo's tracing)
+    metas = _on_meta(values)
+    _check_exact_out_dtype(sch, metas)  # (ops built with one dtype say so first)
+    _check_safe_cast_to_output(sch, metas)
 
 
 def _infer_size(a, b):
@@ -207,6 +231,17 @@ def _floating_kernel(kernel_name):
         t = values[0]
         if isinstance(t, torch.Tensor) and not (t.dtype.is_floating_point or t.dtype.is_complex):
             raise _not_implemented(kernel_name, t.dtype)
+
+    return check
+
+
+def _real_floating_kernel(kernel_name):
+    # a binary kernel of real floating types only, run in the promoted dtype:
+    # nextafter(long, float) computes in float; (long, long) and complex raise
+    def check(sch, values):
+        dtype = torch.result_type(*values[:2])
+        if not dtype.is_floating_point:
+            raise _not_implemented(kernel_name, dtype)
 
     return check
 
@@ -402,19 +437,92 @@ def _multinomial_rank(sch, values):
         raise RuntimeError("prob_dist must be 1 or 2 dim")
 
 
-def _nll_weight_size(sch, values):
-    # the meta kernels (decompositions) assert these with AssertionError
-    self, weight = values[0], values[sch.names.index("weight")]
-    classes = self.shape[-1] if self.dim() > 0 else 1
-    if weight is not None and weight.numel() != classes:
+def _nll_checks(sch, values):
+    """ATen's checks of nll_loss_forward, in its order (the meta kernel, a
+    decomposition, asserts some with AssertionError, others fail in gather
+    or not at all)."""
+    self, target, weight = values[0], values[1], values[sch.names.index("weight")]
+    if not 0 < self.dim() <= 2:
+        raise RuntimeError("input tensor should be 1D or 2D")
+    if target.dim() > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    _nll_target_dtype(target)
+    if self.dim() == 1 and target.dim() == 1 and target.shape[0] != 1:
+        raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.shape[0]}")
+    if self.dim() == 2 and target.dim() == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")  # (target.size(0))
+    if self.dim() == 2 and self.shape[0] != target.shape[0]:
+        raise RuntimeError(f"size mismatch (got input: {list(self.shape)}, target: {list(target.shape)})")
+    classes = self.shape[-1]
+    if weight is not None and (weight.dim() != 1 or weight.numel() != classes):
         raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no classes but "
                            f"got weight tensor of shape: {list(weight.shape)}")
+    _nll_kernel_dtypes("nll_loss_out_frame", self, weight)
 
 
-def _nll2d_weight_size(sch, values):
-    weight = values[sch.names.index("weight")]
-    if weight is not None and weight.numel() != values[0].shape[1]:
+def _nll2d_checks(sch, values):
+    # nll_loss2d_forward's, in ATen's order (a 2-d weight of C elements is fine)
+    self, target, weight = values[0], values[1], values[sch.names.index("weight")]
+    if self.dim() != 4:
+        raise RuntimeError(f"only batches of spatial inputs supported (4D tensors), but got input of dimension: "
+                           f"{self.dim()}")
+    if target.dim() != 3:
+        raise RuntimeError(f"only batches of spatial targets supported (3D tensors) but got targets of dimension: "
+                           f"{target.dim()}")
+    _nll_target_dtype(target)
+    if (self.shape[0], self.shape[2], self.shape[3]) != tuple(target.shape):
+        # (sic: ATen's message has no closing parenthesis)
+        raise RuntimeError(f"size mismatch (got input: {list(self.shape)} , target: {list(target.shape)}")
+    if weight is not None and weight.numel() != self.shape[1]:
         raise RuntimeError("weight tensor should be defined either for all or no classes")
+    _nll_kernel_dtypes("nll_loss2d_forward_out_frame", self, weight)
+    if target.dtype != torch.int64:  # (the 2-d kernel reads a uint8 target as int64)
+        raise RuntimeError(f"expected scalar type Long but found {c10_name(target.dtype)}")
+
+
+def _nll_backward_sizes(sch, values):
+    # ATen's backward compares the sizes even for one sample's (1,) target,
+    # which its forward takes
+    self, target = values[1], values[2]
+    if self.dim() == 1 and target.dim() == 1 and target.shape[0] != self.shape[0]:
+        raise RuntimeError(f"size mismatch (got input: {list(self.shape)}, target: {list(target.shape)})")
+
+
+def _nll_target_dtype(target):
+    if target.dtype not in (torch.int64, torch.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {c10_name(target.dtype)}")
+
+
+def _nll_kernel_dtypes(kernel_name, self, weight):
+    # ATen's kernels: floating inputs only, a weight of the input's dtype
+    if not self.dtype.is_floating_point:
+        raise _not_implemented(kernel_name, self.dtype)
+    if weight is not None and weight.dtype != self.dtype:
+        raise RuntimeError(f"expected scalar type {c10_name(self.dtype)} but found {c10_name(weight.dtype)}")
+
+
+def _attention_mask(sch, values):
+    """ATen's math path adds the mask to the (..., L, S) scores in place, so
+    a mask must broadcast to them (JAX raised a ValueError); a mask of fewer
+    than 2 dims fails ATen's size(-2) first, and a mask that does not fit
+    sends a causal call down the math path, which refuses the pair."""
+    query, key, mask = values[0], values[1], values[sch.names.index("attn_bias")]
+    if mask is None:
+        return
+    if mask.dim() == 0:
+        raise IndexError("Dimension specified as -2 but tensor has no dimensions")
+    if mask.dim() == 1:
+        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but got -2)")
+    scores = tuple(query.shape[:-1]) + (key.shape[-2],)
+    try:
+        shape = _infer_size(scores, tuple(mask.shape))
+        if shape != scores:
+            raise RuntimeError(f"output with shape {list(scores)} doesn't match the broadcast shape {list(shape)}")
+    except RuntimeError:
+        if values[sch.names.index("is_causal")]:
+            raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when "
+                               "is_causal=True") from None
+        raise
 
 
 def _overloads(*names):
@@ -444,9 +552,11 @@ _BEFORE_META = {
     **dict.fromkeys(("aten::amax", "aten::amin", "aten::argmax", "aten::argmin", "aten::kthvalue", "aten::aminmax"),
                     _nonempty_reduction),
     "aten::topk": _topk_k_in_range,
+    "aten::_scaled_dot_product_fused_attention_overrideable": _attention_mask,
     "aten::multinomial": _multinomial_rank,
-    "aten::nll_loss_forward": _nll_weight_size,
-    "aten::nll_loss2d_forward": _nll2d_weight_size,
+    "aten::nll_loss_forward": _nll_checks,
+    "aten::nll_loss2d_forward": _nll2d_checks,
+    "aten::nll_loss_backward": _nll_backward_sizes,
     "aten::trace": _trace_dtype,
     **dict.fromkeys(("aten::var", "aten::std", "aten::var_mean", "aten::std_mean"), _degrees_of_freedom),
     "aten::index": _index_shapes_broadcast,
@@ -454,7 +564,7 @@ _BEFORE_META = {
     **dict.fromkeys(_overloads("index_fill"), _int64_index),
     **dict.fromkeys(_overloads("addcdiv"), _no_integer_addcdiv),
     **dict.fromkeys(_overloads("frac"), _floating_kernel("frac_cpu")),
-    **dict.fromkeys(_overloads("nextafter"), _floating_kernel("nextafter_cpu")),
+    **dict.fromkeys(_overloads("nextafter"), _real_floating_kernel("nextafter_cpu")),
     "aten::signbit": _complex_unsupported("signbit is not implemented for complex tensors."),
     # (randn and randn_like of an integer dtype run as empty + normal_)
     "aten::normal_": _floating_kernel("normal_kernel_cpu"),
@@ -584,6 +694,8 @@ _EXACT_OUT_DTYPE = {
         "_linalg_eigh", "linalg_solve", "_linalg_solve_ex")},
     **{f"aten::{name}": _ITERATOR_OUT for name in (
         "round", "neg", "bitwise_not", "conj_physical", "softshrink", "hardshrink", "gelu", "softplus")},
+    # (an overload's own entry: the Tensor-bound clamps cast into any out=)
+    **{f"aten::{name}.out": _ITERATOR_OUT for name in ("clamp", "clamp_min", "clamp_max")},
     **{f"aten::{name}": _SCAN_OUT for name in ("cummax", "cummin", "logcumsumexp")},
     **{f"aten::{name}": _MEDIAN_OUT for name in ("median", "nanmedian")},
     "aten::all": "all only supports bool tensor for result, got: {got}",
@@ -618,8 +730,13 @@ _CPP_NAMES = {
 }
 
 
+def _exact_out_message(sch):
+    schema = sch.op._schema
+    return _EXACT_OUT_DTYPE.get(f"{schema.name}.{schema.overload_name}", _EXACT_OUT_DTYPE.get(schema.name))
+
+
 def _check_exact_out_dtype(sch, meta_values):
-    message = _EXACT_OUT_DTYPE.get(sch.op._schema.name)
+    message = _exact_out_message(sch)
     if message is None:
         return
     outs = [p for p in sch.mutated if sch.op._schema.arguments[p].is_out]
@@ -637,9 +754,12 @@ def _check_exact_out_dtype(sch, meta_values):
 def check_exact_out_dtype_unlowered(sch, values):
     """_check_exact_out_dtype for an op that runs decomposed (no kernel of
     ours, no meta arguments yet): the decompositions' out= wrappers cast."""
-    if sch.op._schema.name not in _EXACT_OUT_DTYPE or not any(sch.op._schema.arguments[p].is_out for p in sch.mutated):
+    if _exact_out_message(sch) is None or not any(sch.op._schema.arguments[p].is_out for p in sch.mutated):
         return
+    _check_exact_out_dtype(sch, _on_meta(values))
 
+
+def _on_meta(values):
     def on_meta(v):
         if isinstance(v, (list, tuple)):
             return type(v)(on_meta(x) for x in v)
@@ -647,7 +767,7 @@ def check_exact_out_dtype_unlowered(sch, values):
             return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
         return v
 
-    _check_exact_out_dtype(sch, [on_meta(v) for v in values])
+    return [on_meta(v) for v in values]
 
 
 def functional_meta_result(sch, meta_values):

@@ -6,6 +6,7 @@ The checks that make bad calls raise as on the CPU are in aten_checks.py."""
 import torch
 
 from .aten_checks import c10_name
+from .warn_once import warn_once
 
 
 def output_layout(sch, values, meta_out):
@@ -136,7 +137,49 @@ def _keeping_out_strides(op):
     return run
 
 
+def _nll_as_aten_reads_target(op, self_at):
+    """ATen's nll_loss kernels read a uint8 target as int64 and the (1,)
+    target of one sample (1-d input) as its one label; the reference kernels
+    gather with a uint8 index (refused) and find the sizes mismatched.  (The
+    backward still compares sizes: aten_checks raises ATen's message.)"""
+
+    def run(*args, **kwargs):
+        args = list(args)
+        self, target = args[self_at], args[self_at + 1]
+        if target.dtype == torch.uint8:
+            target = target.long()
+        if self.dim() == 1 and target.shape == (1,):
+            target = target.reshape(())
+        args[self_at + 1] = target
+        return op(*args, **kwargs)
+
+    return run
+
+
+def _where_of_uint8(op):
+    """ATen's where takes a uint8 condition (nonzero is true), with a
+    deprecation warning once per process; the reference kernel takes bool
+    only, and words its refusal of other dtypes differently."""
+
+    def run(condition, *args, **kwargs):
+        if condition.dtype == torch.uint8:
+            warn_once("where received a uint8 condition tensor. This behavior is deprecated and will be removed in "
+                      "a future version of PyTorch. Use a boolean condition instead.")
+            condition = condition.bool()
+        elif condition.dtype != torch.bool:
+            raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                               f"{c10_name(condition.dtype)}")
+        return op(condition, *args, **kwargs)
+
+    return run
+
+
 _META_KERNEL_FIXES = {
+    **{op: _where_of_uint8(op) for op in (torch.ops.aten.where.self, torch.ops.aten.where.self_out)},
+    **{op: _nll_as_aten_reads_target(op, 0) for op in (torch.ops.aten.nll_loss_forward.default,
+                                                       torch.ops.aten.nll_loss_forward.output)},
+    **{op: _nll_as_aten_reads_target(op, 1) for op in (torch.ops.aten.nll_loss_backward.default,
+                                                       torch.ops.aten.nll_loss_backward.grad_input)},
     torch.ops.aten.sort.values: _keeping_out_strides(torch.ops.aten.sort.values),
     torch.ops.aten.sort.values_stable: _keeping_out_strides(torch.ops.aten.sort.values_stable),
     torch.ops.aten.pow.Tensor_Scalar: _pow_tensor_scalar,

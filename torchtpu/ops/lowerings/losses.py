@@ -46,6 +46,19 @@ def _operands(ctx, *xs):
 # ----------------------------------------------------------------- nll loss
 
 
+def _labels(self, target):
+    """The target as ATen's kernels read it: int64 (a uint8 target's labels
+    compare with ignore_index as int64), one sample's (1,) target as its
+    one label."""
+    target = target.astype(jnp.int64)
+    return target.reshape(()) if self.ndim == 1 else target
+
+
+def _class_weights(weight, safe, acc):
+    # (nll_loss2d takes a weight of any shape with C elements)
+    return weight.reshape(-1).astype(acc)[safe]
+
+
 def _nll_pick(self, target, weight, ignore_index):
     """Per-element (loss, weight) of nll_loss, class dim 1 (or 0 for 1-d input)."""
     acc = acc_dtype(self.dtype)
@@ -56,7 +69,7 @@ def _nll_pick(self, target, weight, ignore_index):
         picked = x[safe]
     else:
         picked = jnp.squeeze(jnp.take_along_axis(x, jnp.expand_dims(safe, 1), axis=1), 1)
-    w = jnp.ones_like(picked) if weight is None else weight.astype(acc)[safe]
+    w = jnp.ones_like(picked) if weight is None else _class_weights(weight, safe, acc)
     w = jnp.where(valid, w, jnp.zeros((), acc))
     loss = jnp.where(valid, -picked * w, jnp.zeros((), acc))
     return loss, w
@@ -72,6 +85,7 @@ def _check_targets(ctx, self, target, ignore_index):
 
 
 def _nll_forward(ctx, self, target, weight, reduction, ignore_index):
+    target = _labels(self, target)
     _check_targets(ctx, self, target, ignore_index)
     loss, w = _nll_pick(self, target, weight, ignore_index)
     if self.ndim == 1:
@@ -90,9 +104,10 @@ def _nll_forward(ctx, self, target, weight, reduction, ignore_index):
 
 def _nll_backward(ctx, grad_output, self, target, weight, reduction, ignore_index, total_weight):
     acc = acc_dtype(self.dtype)
+    target = _labels(self, target)
     valid = target != ignore_index
     safe = jnp.where(valid, target, 0)
-    w = jnp.ones(target.shape, acc) if weight is None else weight.astype(acc)[safe]
+    w = jnp.ones(target.shape, acc) if weight is None else _class_weights(weight, safe, acc)
     g = grad_output.astype(acc)
     value = -w * g
     if reduction == MEAN:
