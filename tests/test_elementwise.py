@@ -358,6 +358,35 @@ def test_remainder_fmod():
     check(lambda x, y: x.remainder_(y), rand(5) * 10, rand(5, seed=1) + 1)
 
 
+# A Scalar divisor is converted to the result dtype before ATen's zero check:
+# 256 is 0 in int8, 2**40 in int16, -256 in uint8, 2**32 in int32.
+ZERO_AFTER_CONVERSION = {
+    "int8 // 256": lambda d: torch.tensor([-113, 50, 7], dtype=torch.int8, device=d) // 256,
+    "0-dim int16 // 2**40": lambda d: torch.tensor(5, dtype=torch.int16, device=d) // 2**40,
+    "uint8 // -256": lambda d: torch.tensor([3, 4], dtype=torch.uint8, device=d) // -256,
+    "int8 // 0-dim int64 256": lambda d: torch.tensor([3, 4], dtype=torch.int8, device=d) // torch.tensor(256),
+    "div floor": lambda d: torch.div(torch.tensor([-113, 50], dtype=torch.int8, device=d), 256, rounding_mode="floor"),
+    "div_ trunc": lambda d: torch.tensor([-113, 50], dtype=torch.int8, device=d).div_(256, rounding_mode="trunc"),
+    "remainder": lambda d: torch.remainder(torch.tensor([-113, 50], dtype=torch.int8, device=d), 256),
+    "remainder_ int32": lambda d: torch.tensor([5], dtype=torch.int32, device=d).remainder_(2**32),
+    "fmod": lambda d: torch.fmod(torch.tensor([-113, 50], dtype=torch.int8, device=d), 256),
+    "fmod_": lambda d: torch.tensor([-113, 50], dtype=torch.int8, device=d).fmod_(-256),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_AFTER_CONVERSION))
+def test_integer_division_by_a_scalar_that_converts_to_zero_raises(name):
+    fn = ZERO_AFTER_CONVERSION[name]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn("cpu")
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(TPU).cpu()  # (a device-side check: raised at the synchronization)
+
+
+def test_integer_division_by_a_scalar_that_converts_to_nonzero():
+    check(lambda x: (x // 257, x % 257, torch.fmod(x, -255)), torch.tensor([-113, 50, 7], dtype=torch.int8))
+
+
 # ------------------------------------------------------------------------ pow
 
 
@@ -589,6 +618,33 @@ def test_lerp():
     check(lambda x, y: x.lerp_(y, 0.1), a, b)
     check(torch.lerp, grad_input(3, 4), grad_input(3, 4, seed=1), grad_input(3, 4, low=0, high=1, seed=2), grad=True)
     check(lambda x, y: torch.lerp(x, y, 0.3), grad_input(3, 4), grad_input(3, 4, seed=1), grad=True)
+
+
+def test_lerp_tensor_weight_takes_part_in_promotion():
+    # A 0-dim tensor weight promotes like any operand (int start and end with
+    # a float weight: a float result); a Scalar weight does not.
+    i = torch.tensor([-67, 5], dtype=torch.int32)
+    j = torch.tensor([2, 9], dtype=torch.int32)
+    check(torch.lerp, i, j, torch.tensor(-1.0))
+    check(torch.lerp, i, j, torch.tensor(0.25, dtype=torch.float64))
+    check(torch.lerp, i[0], j[0], torch.tensor(0.3))
+    check(lambda a, b, w: torch.lerp(a, b, w, out=torch.empty(0, device=a.device)), i, j, torch.tensor(-1.0))
+    check(torch.lerp, rand(3), rand(3, seed=1), torch.tensor(0.3j))  # a complex weight: a complex result
+    check(torch.lerp, rand(3, dtype=torch.float16), rand(3, dtype=torch.float16, seed=1), torch.tensor(0.3))
+    cases = {  # CPU's errors
+        "Scalar weight": (lambda d: torch.lerp(i.to(d), j.to(d), 0.5), NotImplementedError, "lerp_kernel_scalar"),
+        "int weight": (lambda d: torch.lerp(i.to(d), j.to(d), torch.tensor(2, device=d)), NotImplementedError,
+                       "lerp_kernel_tensor"),
+        "1-dim float weight": (lambda d: torch.lerp(i.to(d), j.to(d), torch.tensor([0.5], device=d)), RuntimeError,
+                               "for `weight`"),
+        "in place": (lambda d: i.to(d).lerp_(j.to(d), torch.tensor(0.5, device=d)), RuntimeError,
+                     "can't be cast to the desired output type Int"),
+    }
+    for name, (fn, error, message) in cases.items():
+        with pytest.raises(error, match=message):
+            fn("cpu")
+        with pytest.raises(error, match=message):
+            fn(TPU).cpu()
 
 
 def test_addcmul_addcdiv():

@@ -121,3 +121,68 @@ def test_masked_fill_with_a_narrow_value_tensor_is_not_an_overflow(self_dtype, v
     got = torch.zeros(3, dtype=self_dtype, device="tpu").masked_fill_(
         mask.to("tpu"), torch.tensor(value, dtype=value_dtype, device="tpu"))
     assert torch.equal(got.cpu(), want)
+
+
+# The checked Scalar's in-place and out= variants: `pow` was checked, `pow_`
+# not (the table is keyed by schema name; out= overloads share the functional
+# name).  Half/bfloat16 lerp, addcmul, addcdiv and softplus convert to float
+# (their opmath type): 7e4 is fine there, 1e39 is not.
+VARIANTS = {
+    "pow_": lambda d, dt, v: torch.ones(2, dtype=dt, device=d).pow_(v),
+    "pow out=": lambda d, dt, v: torch.pow(torch.ones(2, dtype=dt, device=d), v, out=torch.ones(2, dtype=dt, device=d)),
+    "clamp_": lambda d, dt, v: torch.ones(2, dtype=dt, device=d).clamp_(max=v),
+    "add_": lambda d, dt, v: torch.ones(2, dtype=dt, device=d).add_(torch.ones(2, dtype=dt, device=d), alpha=v),
+    "addcmul_": lambda d, dt, v: torch.ones(2, dtype=dt, device=d).addcmul_(
+        torch.ones(2, dtype=dt, device=d), torch.ones(2, dtype=dt, device=d), value=v),
+    "lerp_": lambda d, dt, v: torch.ones(2, dtype=dt, device=d).lerp_(torch.ones(2, dtype=dt, device=d), v),
+    "lerp out=": lambda d, dt, v: torch.lerp(torch.ones(2, dtype=dt, device=d), torch.ones(2, dtype=dt, device=d), v,
+                                             out=torch.ones(2, dtype=dt, device=d)),
+    "addcdiv": lambda d, dt, v: torch.addcdiv(torch.ones(2, dtype=dt, device=d), torch.ones(2, dtype=dt, device=d),
+                                              torch.ones(2, dtype=dt, device=d), value=v),
+    "softplus": lambda d, dt, v: torch.nn.functional.softplus(torch.ones(2, dtype=dt, device=d), beta=v),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("dtype, value", [(torch.int16, 70000), (torch.float16, 7e4), (torch.float16, 1e39),
+                                          (torch.bfloat16, 1e39), (torch.float32, 1e39)])
+def test_in_place_and_out_variants_check_as_on_cpu(name, dtype, value):
+    fn = VARIANTS[name]
+    if not dtype.is_floating_point and name in ("lerp_", "lerp out=", "addcdiv", "softplus"):
+        pytest.skip("no integer kernel")
+    _same(_outcome(lambda: fn("cpu", dtype, value)), _outcome(lambda: fn("tpu", dtype, value)), f"{name} {value}")
+
+
+# Meta kernels check some Scalars' values (histc: max >= min; softshrink:
+# lambd >= 0).  Once a Scalar is traced its value is not in the kernel key:
+# a cache hit must still raise.
+META_CHECKED = {
+    "histc": lambda d, v: torch.histc(torch.tensor([1.0, 2.0], device=d), 4, min=v, max=v + 10),
+    "histc bad": lambda d, v: torch.histc(torch.tensor([1.0, 2.0], device=d), 4, min=v + 3, max=v + 1),
+    "histc out=": lambda d, v: torch.histc(torch.tensor([1.0, 2.0], device=d), 4, min=v, max=v + 10,
+                                           out=torch.empty(4, device=d)),
+    "histc out= bad": lambda d, v: torch.histc(torch.tensor([1.0, 2.0], device=d), 4, min=v + 3, max=v + 1,
+                                               out=torch.empty(4, device=d)),
+    "softshrink": lambda d, v: torch.nn.functional.softshrink(torch.tensor([1.0, 2.0], device=d), float(v)),
+    "softshrink bad": lambda d, v: torch.nn.functional.softshrink(torch.tensor([1.0, 2.0], device=d), -1.0 - v),
+}
+
+
+@pytest.mark.parametrize("name, message", [("histc", "max must be larger than min"),
+                                           ("histc out=", "max must be larger than min"),
+                                           ("softshrink", "lambda must be in range")])
+def test_meta_value_checks_hold_once_the_scalar_is_traced(name, message):
+    import torchtpu
+
+    fn, bad = META_CHECKED[name], META_CHECKED[name + " bad"]
+    for v in range(5):  # past dispatch.MAX_BAKED_VALUES: traced
+        torch.testing.assert_close(fn("tpu", v).cpu(), fn("cpu", v))
+    compiles = torchtpu.kernel_cache_stats()["compiles"]
+    for v in range(5, 8):
+        # (PyTorch's meta kernels word the messages slightly differently)
+        with pytest.raises(RuntimeError, match=message):
+            bad("cpu", v)
+        with pytest.raises(RuntimeError, match=message):
+            bad("tpu", v)
+        torch.testing.assert_close(fn("tpu", v).cpu(), fn("cpu", v))  # and valid values still run
+    assert torchtpu.kernel_cache_stats()["compiles"] == compiles  # (still one traced kernel)

@@ -264,6 +264,16 @@ def test_cumsum_cumprod_more():
     check(lambda a: a.cumsum(0), torch.full((6,), 2**62, dtype=torch.int64))  # wraps like the CPU
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
+def test_reductions_and_scans_cast_to_dtype_as_c10_does(dtype):
+    # the input is cast to dtype= first, as c10 casts (and torchtpu's .to):
+    # -2.0 becomes 254 in uint8; astype saturated it to 0
+    x = torch.tensor([1.5, -2.0, 3.0, -0.5, 300.7])
+    check(lambda a: (a.sum(dtype=dtype), a.reshape(1, 5).sum(1, dtype=dtype), a.nansum(dtype=dtype)), x)
+    check(lambda a: (a[:3].prod(dtype=dtype), a[:3].prod(0, dtype=dtype)), x)
+    check(lambda a: (a.cumsum(0, dtype=dtype), a[:3].cumprod(0, dtype=dtype)), x)
+
+
 def test_cumsum_out_and_inplace():
     def fn(a, o, b):
         torch.cumsum(a, 1, out=o)
@@ -346,3 +356,22 @@ def test_grad(fn):
 def test_grad_mode():
     x = torch.tensor([[1.0, 2, 2, 3], [4, 4, 5, 4]], requires_grad=True)
     check(lambda a: a.mode(1)[0], x, grad=True)
+
+
+# ------------------------------------------------------------------ searchsorted / bucketize
+
+
+def test_searchsorted_converts_a_scalar_to_the_sequence_dtype():
+    # ATen searches in torch's result type of the sequence and the values: a
+    # Scalar or 0-dim value wraps to a narrow sequence's dtype (-1 is 255 in
+    # uint8, 200 is -56 in int8); a float Scalar promotes.
+    u8 = torch.tensor([1, 2, 3], dtype=torch.uint8)
+    i8 = torch.tensor([-60, 2, 3], dtype=torch.int8)
+    check(lambda s: (torch.searchsorted(s, -1), torch.searchsorted(s, -1, right=True),
+                     torch.searchsorted(s, 2.5), torch.searchsorted(s, -1.0)), u8)
+    check(lambda s: (torch.searchsorted(s, 200), torch.searchsorted(s, 200, side="right")), i8)
+    check(lambda s, v: (torch.searchsorted(s, v), torch.bucketize(v, s)), u8, torch.tensor(-1))
+    check(lambda s, v: torch.searchsorted(s, v), u8, torch.tensor([-1, 2]))  # (1-dim: int64 wins)
+    check(lambda s, o: torch.searchsorted(s, -1, sorter=o), torch.tensor([3, 1, 2], dtype=torch.uint8),
+          torch.tensor([1, 2, 0]))
+    check(lambda s: (torch.bucketize(-1, s), torch.bucketize(200, s.to(torch.int8))), u8)

@@ -238,11 +238,21 @@ def static_key(v):
 # costs this many compilations, not one per step).
 MAX_BAKED_VALUES = 3
 
+# Scalars whose values ATen's meta kernels check (histc: max >= min;
+# softshrink: lambd >= 0).  A traced value is not in the kernel key, so a
+# cache hit re-runs the meta kernel for its checks (in Python: such kernels
+# stay out of the C++ cache).
+META_CHECKED_SCALARS = {
+    "aten::histc": ("min", "max"),
+    "aten::softshrink": ("lambd",),
+}
+
 
 class OpEntry:
     """An overload's schema, lowering and how its Scalars are passed."""
 
-    __slots__ = ("schema", "lowering", "static", "kinds", "dynamic", "seen", "trace_offsets")
+    __slots__ = ("schema", "lowering", "static", "kinds", "dynamic", "seen", "trace_offsets", "meta_checked",
+                 "recheck")
 
     def __init__(self, op):
         self.schema = schema_of(op)
@@ -259,6 +269,9 @@ class OpEntry:
         self.dynamic = set()  # Scalar positions now traced
         self.seen = {}  # position -> distinct values baked so far
         self.trace_offsets = True  # views at offsets read at a traced index (row_offsets.py); off for ops whose outputs sit at their input's offset
+        names = META_CHECKED_SCALARS.get(self.schema.op._schema.name, ())
+        self.meta_checked = frozenset(self.schema.name_to_index[n] for n in names)
+        self.recheck = False  # a meta-checked Scalar is traced: hits re-run the meta kernel
 
     def pin_offsets(self):
         """Key this op's views by their offsets from now on (here and in C++)."""
@@ -278,6 +291,7 @@ class OpEntry:
                 seen.add((float, v.hex()) if type(v) is float else (type(v), v))
                 if len(seen) > MAX_BAKED_VALUES:
                     self.dynamic.add(i)
+                    self.recheck = self.recheck or i in self.meta_checked
                     op = self.schema.op
                     _C._set_dynamic_scalar(op._schema.name, op._schema.overload_name, i)
                     promoted = True
@@ -313,13 +327,14 @@ class _Kernel:
         "checks",  # device-side check table when the last output is a check code
         "returns",  # how to assemble the op's return value
         "key",  # keys the executable on disk (the in-memory key, or UNCACHEABLE)
+        "recheck",  # its calls re-run the meta kernel's value checks (OpEntry.recheck)
         "__weakref__",  # (tests see evicted kernels freed)
     )
 
     def fastpath_spec(self):
         """This kernel as csrc/fastpath.cpp caches it, or None if its calls
         need Python (out= resizing, view returns)."""
-        if self.resized or self.sigs is None:
+        if self.resized or self.sigs is None or self.recheck:
             return None
         returns = []
         for kind, ref in self.returns:
@@ -385,6 +400,8 @@ def run_with_kernel(op, args, kwargs):
         call = Call()
         key = call.key(sch, entry, values)
         kernel = _cache.get(key)
+    if kernel is not None and entry.recheck:
+        _run_meta(entry, values, call)
     if kernel is None:
         served = host_fill.serve(op, values, call, key)
         if served is not None:
@@ -554,12 +571,11 @@ def _geometry(t):
     return tuple(t.shape), tuple(t.stride()), t.storage_offset()
 
 
-def _build(entry, values, call, key):
+def _run_meta(entry, values, call):
+    """ATen's checks and output metadata for a call: (meta values, meta
+    outputs), raising what ATen raises."""
     sch = entry.schema
     lowering = entry.lowering
-    if lowering is None:
-        raise Unsupported(f"no lowering for {sch.op}")
-
     aten_checks.before_meta(sch, values)
     meta_values = aten_checks.meta_arguments(sch, _meta_values(sch, values, call))
     margs, mkwargs = sch.split(meta_values)
@@ -577,14 +593,24 @@ def _build(entry, values, call, key):
         if "data-dependent" in str(e) or "meta" in str(e).lower() and "not implemented" in str(e).lower():
             raise Unsupported(str(e)) from e
         raise
+    return meta_values, meta_out
 
+
+def _build(entry, values, call, key):
+    sch = entry.schema
+    lowering = entry.lowering
+    if lowering is None:
+        raise Unsupported(f"no lowering for {sch.op}")
+
+    meta_values, meta_out = _run_meta(entry, values, call)
     if any(isinstance(m, torch.Tensor) and m.layout != torch.strided for m in torch.utils._pytree.tree_leaves(meta_out)):
         sparse_layouts.unsupported(sch.op)  # (a sparse result: embedding_bag's gradient with sparse=True)
     meta_out = meta_fixes.masked_outputs(sch, values, meta_out)
     meta_fixes.output_layout(sch, values, meta_out)
     scalar_checks = scalar_overflow.traced_checks(sch, values, meta_out, entry.dynamic)
     kernel = _Kernel()
-    kernel.random = lowering.is_random(margs, mkwargs)
+    kernel.recheck = entry.recheck
+    kernel.random = lowering.is_random(*sch.split(meta_values))
     kernel.sigs = None
     kernel.fresh = []
     kernel.resized = []

@@ -31,7 +31,7 @@ CHECKED = {
     **dict.fromkeys(("aten::add", "aten::add_", "aten::sub", "aten::sub_"), ("alpha",)),
     **dict.fromkeys(("aten::addcmul", "aten::addcmul_", "aten::addcdiv", "aten::addcdiv_"), ("value",)),
     **dict.fromkeys(("aten::lerp", "aten::lerp_"), ("weight",)),
-    "aten::pow": ("exponent",),
+    **dict.fromkeys(("aten::pow", "aten::pow_"), ("exponent",)),
     **dict.fromkeys(("aten::linspace", "aten::logspace"), ("start", "end")),
     "aten::scalar_tensor": ("s",),
     "aten::softplus": ("beta", "threshold"),
@@ -41,6 +41,27 @@ CHECKED = {
 # scalar_tensor, `t[i] = v`, and `torch.where`'s Scalar through scalar_tensor).
 _FILLS = {"aten::fill", "aten::fill_", "aten::full", "aten::full_like", "aten::new_full", "aten::scalar_tensor"}
 _UNCHECKED_SINGLE_FILL = {torch.float16, torch.bfloat16}
+
+# These kernels convert the Scalar to their opmath type: float for half and
+# bfloat16 (`half.lerp(x, 7e4)` is fine on CPU, `half.pow_(7e4)` is not).
+_OPMATH = {"aten::addcmul", "aten::addcmul_", "aten::addcdiv", "aten::addcdiv_", "aten::lerp", "aten::lerp_",
+           "aten::softplus"}
+_REDUCED_FLOATS = {torch.float16, torch.bfloat16}
+# pow takes a float or complex exponent as double / complex<double>:
+# `float32.pow(1e39)` is no overflow.
+_POW = {"aten::pow", "aten::pow_"}
+_DOUBLE_EXPONENT = {torch.float32, torch.float64, torch.complex64, torch.complex128}
+
+
+def _converted_to(name, dtype):
+    """The dtype the kernel converts its checked Scalars to, or None (no
+    check), for a result of `dtype`."""
+    if name in _OPMATH and dtype in _REDUCED_FLOATS:
+        return torch.float32
+    if name in _POW and dtype in _DOUBLE_EXPONENT:
+        return None
+    return dtype
+
 
 # c10's names for the types in its message.
 CPP_NAMES = {
@@ -66,6 +87,9 @@ def traced_checks(sch, values, meta_out, dynamic):
     single_fill = sch.op._schema.name in _FILLS and result.numel() == 1
     if single_fill and result.dtype in _UNCHECKED_SINGLE_FILL:
         return []
+    dtype = _converted_to(sch.op._schema.name, result.dtype)
+    if dtype is None:
+        return []
     traced = []
     for name in names:
         if name not in sch.names:
@@ -75,10 +99,10 @@ def traced_checks(sch, values, meta_out, dynamic):
         if type(value) not in (bool, int, float, complex):
             continue
         if position in dynamic:
-            traced.append((position, result.dtype))
+            traced.append((position, dtype))
         else:
             # ATen's own conversion and message
-            torch.empty(2, dtype=result.dtype).fill_(value)
+            torch.empty(2, dtype=dtype).fill_(value)
     return traced
 
 

@@ -525,17 +525,18 @@ def trunc_div(a, b):
 
 
 def _no_integer_division_by_zero(ctx, dt, other):
-    """ATen's integer division kernels raise for a zero divisor.  A Python
+    """ATen's integer division kernels raise for a zero divisor, after its
+    conversion to the result dtype (`int8 // 256` divides by 0).  A Python
     number is checked here, or on the device when traced (a wrapped scalar);
     a tensor divisor is not (see README).  An empty result divides nothing:
     no error (take_along_dim of an empty tensor takes its indices % 0)."""
     if is_inexact(dt) or jnp.ndim(other) != 0 or 0 in ctx.out_shape:
         return
     if type(other) in (int, float, bool):
-        if other == 0:
+        if np.asarray(other).astype(dt) == 0:  # (int64 -> narrower ints wraps, as in c10)
             raise RuntimeError("ZeroDivisionError")
     else:
-        ctx.check(jnp.asarray(other) != 0, "ZeroDivisionError")
+        ctx.check(cast(other, dt) != 0, "ZeroDivisionError")
 
 
 @lower(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -890,9 +891,12 @@ def lerp_values(start, end, weight):
 
 @lower(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(ctx, self, end, weight):
-    dt = ctx.result_type(0, 1)
+    """A tensor weight takes part in type promotion (int start and end with
+    a 0-dim float weight give a float result); a Scalar weight does not."""
+    tensor_weight = isinstance(ctx.meta_args[2], torch.Tensor)
+    dt = ctx.result_type(0, 1, 2) if tensor_weight else ctx.result_type(0, 1)
     if not is_inexact(dt):
-        raise not_implemented("lerp", dt)
+        raise not_implemented("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", dt)
     m = opmath(dt)
     return lerp_values(cast(self, m), cast(end, m), cast(weight, m)).astype(dt)
 

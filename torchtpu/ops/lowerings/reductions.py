@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..registry import lower
-from .common import acc_dtype
+from .common import acc_dtype, astype
 
 aten = torch.ops.aten
 
@@ -100,9 +100,9 @@ def _numel(shape, axes):
 
 
 def _sum(x, axes, keepdim, out_dtype):
-    """torch.sum semantics: cast to the output dtype, accumulate (in float32
-    for the 16-bit floats), cast back."""
-    x = x.astype(out_dtype)
+    """torch.sum semantics: cast to the output dtype (as c10 casts: -2.0 to
+    uint8 is 254), accumulate (in float32 for the 16-bit floats), cast back."""
+    x = astype(x, out_dtype)
     return jnp.sum(x.astype(acc_dtype(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
 
 
@@ -171,7 +171,7 @@ def mean_dim(ctx, self, dim, keepdim=False, dtype=None):
 
 
 def _prod(x, axes, keepdim, out_dtype):
-    x = x.astype(out_dtype)
+    x = astype(x, out_dtype)  # (as c10 casts, like _sum)
     return jnp.prod(x.astype(acc_dtype(out_dtype)), axis=axes, keepdims=keepdim).astype(out_dtype)
 
 

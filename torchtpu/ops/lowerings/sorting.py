@@ -14,7 +14,7 @@ import torch
 from jax import lax
 
 from ..registry import lower
-from .common import acc_dtype
+from .common import acc_dtype, astype
 from .reductions import reject, require_nonempty
 
 # Out variants with a CompositeExplicitAutograd kernel are named in the
@@ -222,7 +222,7 @@ def _scan(self, dim, dtype, fn):
     """Apply a cumulative `fn(x, axis)` in the accumulation dtype of `dtype`."""
     x = self.reshape(1) if self.ndim == 0 else self
     axis = dim % max(self.ndim, 1)
-    x = x.astype(dtype).astype(acc_dtype(dtype))
+    x = astype(x, dtype).astype(acc_dtype(dtype))  # (as c10 casts: -2.0 to uint8 is 254)
     return fn(x, axis).astype(dtype).reshape(self.shape)
 
 
@@ -309,17 +309,20 @@ def bucketize(ctx, x, boundaries, out_int32=False, right=False):
     empty boundaries.)"""
     if boundaries.ndim != 1:
         raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
-    return jnp.searchsorted(boundaries, jnp.asarray(x), side="right" if right else "left").astype(ctx.out_dtype)
+    dt = ctx.result_type(0, 1)
+    idx = jnp.searchsorted(astype(boundaries, dt), astype(x, dt), side="right" if right else "left")
+    return idx.astype(ctx.out_dtype)
 
 
 @lower(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def searchsorted(ctx, sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
-    """Per row of the sorted sequence (1-d: one row for every value)."""
+    """Per row of the sorted sequence (1-d: one row for every value).  Both
+    are compared in torch's result type: a Scalar or 0-dim value takes the
+    sequence's dtype (-1 in a uint8 sequence is 255), as in ATen."""
     side = "right" if right or side == "right" else "left"
-    values = jnp.asarray(self)
-    dt = jnp.promote_types(sorted_sequence.dtype, values.dtype)
-    seq = sorted_sequence.astype(dt)
-    values = values.astype(dt)
+    dt = ctx.result_type(0, 1)
+    seq = astype(sorted_sequence, dt)
+    values = astype(self, dt)
     if sorter is not None:
         seq = jnp.take_along_axis(seq, sorter.astype(jnp.int64), axis=-1)
     out_dtype = jnp.int32 if out_int32 else jnp.int64
