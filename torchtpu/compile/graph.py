@@ -276,7 +276,7 @@ class GraphLowering:
         # What ATen's kernels check and the meta kernels dynamo traced with do
         # not (an out-of-range softmax dim; Scalars ATen converts with an
         # overflow check, int8 x.clamp(max=1000)): checked now, as eager does.
-        aten_checks.before_meta(sch, metas)
+        aten_checks.before_meta(sch, metas, padded=self.masks is not None)
         scalar_overflow.traced_checks(sch, values, node_meta, dynamic=())
         random = lowering.is_random(*map_arg((node_args, node_kwargs), self._meta_of))
         ctx = LoweringContext(op, [metas[i] for i in positions], out_meta, precision, rng if random else None)

@@ -12,17 +12,20 @@ from ..runtime.dtypes import to_torch
 from .registry import _functional_candidates
 
 
-def before_meta(sch, values):
-    """Checks whose absence makes the meta kernel itself fail differently."""
+def before_meta(sch, values, padded=False):
+    """Checks whose absence makes the meta kernel itself fail differently.
+    `padded`: the values' sizes are a dynamic graph's padded buckets, which
+    need not fit each other as the true sizes do (dynamo's tracing checked
+    those): the checks relating sizes are skipped."""
     check = _BEFORE_META.get(sch.op._schema.name)
-    if check is not None:
+    if check is not None and not (padded and check in _RELATING_SIZES):
         check(sch, values)
     if torch.Tag.pointwise in sch.op.tags:
-        _broadcast_operands(sch, values)
+        _broadcast_operands(sch, values, padded)
         _check_written_dtypes(sch, values)
 
 
-def _broadcast_operands(sch, values):
+def _broadcast_operands(sch, values, padded=False):
     """TensorIterator's shape inference over the inputs (and in-place self),
     with ATen's message for sizes that do not broadcast -- the reference
     kernels word it "Attempting to broadcast a dimension ..."."""
@@ -33,7 +36,7 @@ def _broadcast_operands(sch, values):
     shape = None
     for t in operands:
         shape = tuple(t.shape) if shape is None else _infer_size(shape, tuple(t.shape))
-    if shape is not None and sch.op._schema.name not in _RESHAPES_SELF:
+    if shape is not None and sch.op._schema.name not in _RESHAPES_SELF and not padded:
         _written_fits(sch, values, shape)
 
 
@@ -523,6 +526,10 @@ def _attention_mask(sch, values):
             raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when "
                                "is_causal=True") from None
         raise
+
+
+# before_meta checks comparing sizes across arguments (skipped when padded)
+_RELATING_SIZES = {_attention_mask}
 
 
 def _overloads(*names):
