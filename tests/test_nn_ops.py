@@ -913,3 +913,84 @@ def test_padding_modes_keep_the_cpu_memory_format(mode, shape, pad, fmt):
         got_grad = backward(g.to(TPU), x.to(TPU), list(pad))
         assert got_grad.stride() == want_grad.stride()
         assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-5)
+
+
+def _raises_like_cpu(fn, *args):
+    """fn on the CPU and on tpu raise the same error type and message."""
+    with pytest.raises(Exception) as cpu:
+        fn(*args)
+    with pytest.raises(type(cpu.value)) as got:
+        fn(*(a.to(TPU) for a in args))
+    assert str(got.value) == str(cpu.value)
+
+
+def _name(v):
+    return getattr(v, "__name__", str(v))
+
+
+@pytest.mark.parametrize("fn, x_shape, w_shape, kw", [
+    (F.conv_transpose2d, (1, 3, 4, 4), (3, 2, 3, 3), dict(stride=2, output_padding=2)),
+    (F.conv_transpose2d, (1, 3, 4, 4), (3, 2, 3, 3), dict(stride=1, output_padding=1)),
+    (F.conv_transpose1d, (1, 3, 5), (3, 2, 3), dict(stride=2, dilation=2, output_padding=2)),
+    (F.conv_transpose3d, (1, 3, 4, 4, 4), (3, 2, 3, 3, 3), dict(stride=2, output_padding=2)),
+    (F.conv_transpose2d, (1, 3, 4, 4), (3, 2, 3, 3), dict(stride=2, output_padding=-1)),
+    (F.conv_transpose1d, (1, 4, 5), (3, 2, 3), {}),
+    (F.conv_transpose2d, (1, 4, 5, 5), (3, 2, 3, 3), {}),
+    (F.conv_transpose3d, (1, 4, 5, 5, 5), (3, 2, 3, 3, 3), {}),
+    (F.conv_transpose2d, (1, 4, 5, 5), (4, 2, 3, 3), dict(groups=3)),
+    (F.conv2d, (1, 4, 5, 5), (3, 2, 3, 3), dict(groups=2))], ids=_name)
+def test_conv_transpose_bad_arguments_raise_like_the_cpu(fn, x_shape, w_shape, kw):
+    # the transposed path skipped ATen's checks: a too large output_padding
+    # returned a tensor, wrong channels or groups raised JAX's errors
+    _raises_like_cpu(lambda x, w: fn(x, w, **kw), randn(*x_shape), randn(*w_shape, seed=1))
+
+
+def test_conv_transpose_bias_size_raises_like_the_cpu():
+    _raises_like_cpu(lambda x, w, b: F.conv_transpose2d(x, w, b), randn(1, 3, 5, 5), randn(3, 2, 3, 3), randn(3))
+
+
+def test_conv_transpose_output_padding_below_dilation_is_allowed():
+    x, w = randn(1, 3, 5, 5), randn(3, 2, 3, 3, seed=1)
+    check(lambda x, w: F.conv_transpose2d(x, w, stride=(2, 1), dilation=(1, 2), output_padding=1), x, w)
+
+
+@pytest.mark.parametrize("fn, shape, size", [
+    (F.adaptive_max_pool1d, (1, 1, 6), 0),
+    (F.adaptive_max_pool2d, (1, 1, 6, 6), (0, 2)),
+    (F.adaptive_max_pool3d, (1, 2, 6, 6, 6), (2, 0, 2))], ids=_name)
+def test_adaptive_max_pool_empty_output(fn, shape, size):
+    # np.max over no windows raised ValueError; the CPU returns empty tensors
+    check(lambda x: fn(x, size, return_indices=True), randn(*shape))
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (F.adaptive_avg_pool1d, (1, 1, 0)),
+    (F.adaptive_avg_pool2d, (1, 1, 0, 6)),
+    (F.adaptive_avg_pool2d, (2, 0, 6)),
+    (F.adaptive_avg_pool3d, (1, 1, 2, 6, 0))], ids=_name)
+def test_adaptive_avg_pool_empty_input_raises_like_the_cpu(fn, shape):
+    # the empty windows returned NaN
+    _raises_like_cpu(lambda x: fn(x, 2), randn(*shape))
+
+
+def test_adaptive_avg_pool_empty_batch_is_allowed():
+    check(lambda x: F.adaptive_avg_pool2d(x, 2), randn(0, 1, 6, 6))
+
+
+@pytest.mark.parametrize("shape, size, mode", [
+    ((1, 1, 0, 6), (2, 2), "nearest"),
+    ((1, 1, 0, 6), (2, 2), "nearest-exact"),
+    ((1, 1, 0, 6), (2, 2), "bilinear"),
+    ((1, 1, 0, 6), (2, 2), "bicubic"),
+    ((1, 1, 4, 6), (0, 2), "bilinear"),
+    ((1, 1, 0), 2, "nearest"),
+    ((1, 1, 0), 2, "linear"),
+    ((1, 1, 0, 6, 6), (2, 2, 2), "nearest"),
+    ((1, 1, 0, 6, 6), (2, 2, 2), "trilinear")], ids=str)
+def test_interpolate_empty_sizes_raise_like_the_cpu(shape, size, mode):
+    # the meta kernels and JAX's gathers raised TypeError/IndexError/ZeroDivisionError
+    _raises_like_cpu(lambda x: F.interpolate(x, size=size, mode=mode), randn(*shape))
+
+
+def test_interpolate_antialiased_empty_input_raises_like_the_cpu():
+    _raises_like_cpu(lambda x: F.interpolate(x, size=(2, 2), mode="bilinear", antialias=True), randn(1, 1, 0, 6))

@@ -528,6 +528,30 @@ def _attention_mask(sch, values):
         raise
 
 
+def _upsample_sizes(sch, values):
+    """ATen's upsample_{1,2,3}d_common_check: the meta kernels fail on an
+    empty size otherwise (nearest: a TypeError; linear: ZeroDivisionError)."""
+    self, output_size = values[0], values[1]
+    if output_size is None:
+        return  # (the .vec overloads: scale factors)
+    input_size = tuple(self.shape[-len(output_size):])
+    if all(n > 0 for n in input_size + tuple(output_size)):
+        return
+    names = "DHW"[-len(output_size):]
+
+    def sizes(ns):
+        return ", ".join(f"{name}: {n}" for name, n in zip(names, ns))
+
+    joint = " and output" if len(output_size) == 1 else " output"  # (1d's message says "and")
+    raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({sizes(input_size)}){joint} "
+                       f"({sizes(output_size)})")
+
+
+_UPSAMPLES = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+              "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+              "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa")
+
+
 # before_meta checks comparing sizes across arguments (skipped when padded)
 _RELATING_SIZES = {_attention_mask}
 
@@ -561,6 +585,7 @@ _BEFORE_META = {
     "aten::topk": _topk_k_in_range,
     "aten::_scaled_dot_product_fused_attention_overrideable": _attention_mask,
     "aten::multinomial": _multinomial_rank,
+    **{f"aten::{name}": _upsample_sizes for name in _UPSAMPLES},
     "aten::nll_loss_forward": _nll_checks,
     "aten::nll_loss2d_forward": _nll2d_checks,
     "aten::nll_loss_backward": _nll_backward_sizes,

@@ -92,8 +92,59 @@ def _expand(v, nd):
     return v * nd if len(v) == 1 else v
 
 
+def _sizes(x):
+    return list(x.shape)
+
+
+def _check_shapes(input, weight, bias, transposed, groups):
+    """ATen's check_shape_forward on the channels (the meta kernel skips it
+    for transposed convolutions and for the groups), in its order."""
+    w = _sizes(weight)
+    if transposed:
+        if input.shape[1] != w[0]:
+            raise RuntimeError(
+                f"Given transposed=1, weight of size {w}, expected input{_sizes(input)} to have {w[0]} "
+                f"channels, but got {input.shape[1]} channels instead"
+            )
+    if w[0] % groups != 0:
+        raise RuntimeError(
+            f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
+            f"but got weight of size [{w}] instead"
+        )
+    if transposed:
+        out_channels = w[1] * groups
+        if bias is not None and (bias.ndim != 1 or bias.shape[0] != out_channels):
+            raise RuntimeError(
+                f"Given transposed=1, weight of size {w}, expected bias to be 1-dimensional with "
+                f"{out_channels} elements, but got bias of size {_sizes(bias)} instead"
+            )
+
+
+_DIM_NAMES = ("depth", "height", "width")
+
+
+def _check_output_padding(output_padding, stride, dilation, nd):
+    """The slow transposed kernels' check (1d runs as 2d with a leading unit
+    dim, so its message names height and width)."""
+    if any(op < 0 for op in output_padding):
+        raise RuntimeError("negative output_padding is not supported")
+    lead = (1,) * max(0, 2 - nd)
+    op = (0,) * len(lead) + tuple(output_padding)
+    st, dil = lead + tuple(stride), lead + tuple(dilation)
+    if all(o < s or o < d for o, s, d in zip(op, st, dil)):
+        return
+    names = _DIM_NAMES[-len(op) :]
+    labelled = (("output_padding", op), ("stride", st), ("dilation", dil))
+    parts = [f"{label}_{n}: {v}" for label, vals in labelled for n, v in zip(names, vals)]
+    raise RuntimeError("output padding must be smaller than either stride or dilation, but got " + " ".join(parts))
+
+
 @lower(aten.convolution)
 def convolution(ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    _check_shapes(input, weight, bias, transposed, groups)
+    if transposed:
+        nd = input.ndim - 2
+        _check_output_padding(_expand(output_padding, nd), _expand(stride, nd), _expand(dilation, nd), nd)
     acc = acc_dtype(input.dtype)
     precision = _precision(ctx, input.dtype)
     out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups, precision, acc=acc)

@@ -294,6 +294,17 @@ def _contract_spatial(x, matrices, nd):
     return x
 
 
+def _check_nonempty(name, x, nd):
+    """ATen's check on the spatial dims (the meta kernel skips it for the
+    average pools; an empty window would divide by zero)."""
+    for dim in range(x.ndim - nd, x.ndim):
+        if x.shape[dim] == 0:
+            raise RuntimeError(
+                f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
+                f"{list(x.shape)} with dimension {dim} being empty"
+            )
+
+
 def _adaptive_avg(ctx, x, nd):
     out_spatial = ctx.out_shape[-nd:]
     acc = acc_dtype(x.dtype)
@@ -328,12 +339,14 @@ _NOT_FLOAT = ("int", "bool")
 @lower(aten._adaptive_avg_pool2d)
 def adaptive_avg_pool2d(ctx, self, output_size):
     reject("adaptive_avg_pool2d", self.dtype, _NOT_FLOAT)
+    _check_nonempty("adaptive_avg_pool2d", self, 2)
     return _adaptive_avg(ctx, self, 2)
 
 
 @lower(aten._adaptive_avg_pool3d)
 def adaptive_avg_pool3d(ctx, self, output_size):
     reject("adaptive_avg_pool3d_cpu", self.dtype, _NOT_FLOAT)
+    _check_nonempty("adaptive_avg_pool3d", self, 3)
     return _adaptive_avg(ctx, self, 3)
 
 
@@ -351,6 +364,8 @@ def _adaptive_max(ctx, x, nd):
     out_spatial = ctx.out_shape[-nd:]
     spatial = x.shape[-nd:]
     lead = x.ndim - nd
+    if 0 in out_spatial:  # no windows to scan: empty values and indices
+        return jnp.zeros(ctx.out_shape, x.dtype), jnp.zeros(ctx.out_shape, jnp.int64)
     windows = [_adaptive_windows(L, O) for L, O in zip(spatial, out_spatial)]
     widths = [int(np.max(end - start)) for start, end in windows]
     plane_strides = _plane_strides(spatial)
