@@ -216,6 +216,11 @@ def _assert_same_outcome(fn):
         torch.testing.assert_close(tpu, cpu, equal_nan=True)
 
 
+def _setitem(x, index, value=1.0):
+    x[index] = value
+    return x
+
+
 def _randn(device, *shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device)
 
@@ -237,6 +242,16 @@ _U8 = torch.tensor([1, 5, 3], dtype=torch.uint8)
 # Reported: tpu raised another error (an AssertionError of a decomposition,
 # a gather() or JAX message), or computed where the CPU raises, or the reverse.
 REPORTED = {
+    # index_put_'s indices broadcast (JAX's ValueError before); masked_fill's mask is bool
+    "index_put_ of indices that do not broadcast": lambda d: torch.zeros(5, 5, device=d).index_put_(
+        (_t([0, 1, 2], torch.long, d), _t([0, 1], torch.long, d)), torch.tensor(1.0, device=d)),
+    "setitem with a mask and an index that do not broadcast": lambda d: _setitem(
+        torch.zeros(5, 5, device=d), (_t([True, False, True, True, False], torch.bool, d), _t([0, 1], torch.long, d))),
+    **{f"masked_fill_ with a {dtype} mask": (lambda dtype: lambda d: torch.zeros(3, device=d).masked_fill_(
+        torch.ones(3, dtype=dtype, device=d), 5.0))(dtype) for dtype in (torch.float32, torch.int64, torch.uint8,
+                                                                         torch.float16)},
+    "masked_fill with a uint8 mask": lambda d: torch.zeros(3, device=d).masked_fill(
+        torch.ones(3, dtype=torch.uint8, device=d), torch.tensor(5.0, device=d)),
     # nll_loss: ATen's checks in ATen's order (see aten_checks._nll_checks)
     "nll_loss of a 2-d target": lambda d: F.nll_loss(_randn(d, 3, 5), torch.zeros(3, 4, dtype=torch.long, device=d)),
     "cross_entropy of a 2-d float target of other classes": lambda d: F.cross_entropy(_randn(d, 3, 5), _randn(d, 3, 4)),

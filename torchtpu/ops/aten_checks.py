@@ -412,6 +412,24 @@ def _index_shapes_broadcast(sch, values):
             f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}") from None
 
 
+# c10's TypeMeta names of the dtypes (typeid's, as some ATen messages print them)
+_TYPE_META_NAMES = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
+    torch.int64: "long int", torch.int32: "int", torch.int16: "short int", torch.int8: "signed char",
+    torch.uint8: "unsigned char", torch.uint16: "short unsigned int", torch.uint32: "unsigned int",
+    torch.uint64: "long unsigned int", torch.complex64: "c10::complex<float>",
+    torch.complex128: "c10::complex<double>",
+}
+
+
+def _boolean_mask(sch, values):
+    # ATen's first check in masked_fill_ (the lowering would take any dtype)
+    mask = values[sch.names.index("mask")]
+    if mask.dtype != torch.bool:
+        name = _TYPE_META_NAMES.get(mask.dtype, str(mask.dtype))
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {name}")
+
+
 def _degrees_of_freedom(sch, values):
     # ATen's warning when the correction leaves no degree of freedom (the
     # result is NaN or inf): `torch.var(one_element)`
@@ -553,7 +571,7 @@ _UPSAMPLES = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", 
 
 
 # before_meta checks comparing sizes across arguments (skipped when padded)
-_RELATING_SIZES = {_attention_mask}
+_RELATING_SIZES = {_attention_mask, _index_shapes_broadcast}
 
 
 def _overloads(*names):
@@ -591,7 +609,9 @@ _BEFORE_META = {
     "aten::nll_loss_backward": _nll_backward_sizes,
     "aten::trace": _trace_dtype,
     **dict.fromkeys(("aten::var", "aten::std", "aten::var_mean", "aten::std_mean"), _degrees_of_freedom),
-    "aten::index": _index_shapes_broadcast,
+    **dict.fromkeys(("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl",
+                     "aten::_index_put_impl_"), _index_shapes_broadcast),
+    **dict.fromkeys(("aten::masked_fill", "aten::masked_fill_"), _boolean_mask),
     **dict.fromkeys(("aten::linalg_cross", "aten::_cdist_forward", "aten::_euclidean_dist"), _same_scalar_type),
     **dict.fromkeys(_overloads("index_fill"), _int64_index),
     **dict.fromkeys(_overloads("addcdiv"), _no_integer_addcdiv),
