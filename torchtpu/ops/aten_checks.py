@@ -45,8 +45,7 @@ def _written_fits(sch, values, shape):
     # kernels of add_, mul_, ... print torch.Size; see in_place_meta)
     for p in _read_and_written(sch, values):
         if tuple(values[p].shape) != shape:
-            raise RuntimeError(f"output with shape {list(values[p].shape)} doesn't match the broadcast shape "
-                               f"{list(shape)}")
+            raise output_broadcast_error(values[p].shape, shape)
 
 
 def _check_written_dtypes(sch, values):
@@ -74,6 +73,11 @@ def _infer_size(a, b):
     return tuple(reversed(result))
 
 
+def output_broadcast_error(shape, broadcast):
+    """ATen's error for a written tensor the operands broadcast past."""
+    return RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape {list(broadcast)}")
+
+
 def in_place_meta(sch, values, meta_values, call_meta):
     """Run the meta kernel; an in-place op whose other operand broadcasts
     past `self` raises ATen's error.  PyTorch's reference meta kernels of
@@ -90,9 +94,7 @@ def in_place_meta(sch, values, meta_values, call_meta):
     for p in written:
         real, meta = values[p], meta_values[p]
         if tuple(meta.shape) != tuple(real.shape):
-            raise RuntimeError(
-                f"output with shape {list(real.shape)} doesn't match the broadcast shape {list(meta.shape)}"
-            )
+            raise output_broadcast_error(real.shape, meta.shape)
     return result
 
 
@@ -538,7 +540,7 @@ def _attention_mask(sch, values):
     try:
         shape = _infer_size(scores, tuple(mask.shape))
         if shape != scores:
-            raise RuntimeError(f"output with shape {list(scores)} doesn't match the broadcast shape {list(shape)}")
+            raise output_broadcast_error(scores, shape)
     except RuntimeError:
         if values[sch.names.index("is_causal")]:
             raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when "
