@@ -172,6 +172,7 @@ constexpr int64_t kTagInt = -4;
 constexpr int64_t kTagBool = -5;
 constexpr int64_t kTagList = -6;
 constexpr int64_t kTagOther = -7;
+constexpr int64_t kTagCpuScalar = -8;
 
 const BoxLayout& box_layout(PyObject* sig) {
   State* s = state();
@@ -890,11 +891,14 @@ void set_launch_blocking(py::object wait) {
   state()->launch_blocking = std::move(wait);
 }
 
-// The signature of a compiled graph's call whose arguments are all tpu
-// tensors on one device, built as the eager key is (the same facts per
-// tensor: geometry, dtype, storage slot, box signature): (key bytes, box
-// entry per slot, address per slot, device), or None for anything else (a
-// CPU scalar, a number, two devices), which the Python path keys.
+// The signature of a compiled graph's call whose arguments are tpu tensors
+// on one device and CPU scalars, built as the eager key is (the same facts
+// per tensor: geometry, dtype, storage slot, box signature): (key bytes, box
+// entry per slot, address per slot, device, traced inputs), or None for
+// anything else (a number, a CPU tensor with dims, two devices), which the
+// Python path keys.  A CPU scalar (an optimizer's step count) is keyed by
+// dtype and returned among the traced inputs as the tensor itself: Python
+// reads its value (graph_inputs.host_values), as dispatch.Call does.
 py::object graph_call_key(const py::tuple& args, const py::object& traced_positions) {
   State* s = state();
   TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
@@ -908,6 +912,13 @@ py::object graph_call_key(const py::tuple& args, const py::object& traced_positi
       return py::none();
     }
     const auto& t = THPVariable_Unpack(arg.ptr());
+    if (t.defined() && t.device().is_cpu() && t.dim() == 0) {
+      call.key.push_back(kTagCpuScalar);
+      call.key.push_back(static_cast<int64_t>(t.scalar_type()));
+      call.key.push_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? 1 : 0);
+      call.dyn.push_back(py::reinterpret_borrow<py::object>(arg));
+      continue;
+    }
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) {
       return py::none();
     }

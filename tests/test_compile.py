@@ -245,6 +245,55 @@ def test_input_mutated_in_place():
     assert xt.data_ptr() == ptr
 
 
+def test_cpu_scalar_inputs_updated_on_the_host(monkeypatch):
+    # An optimizer's step count (a CPU scalar) bumped inside a compiled step:
+    # its new value is computed on the host, not copied back from the device
+    # (which waited for the executable: every compiled opt.step() was synchronous).
+    from torchtpu.compile import runner
+
+    def copied_back(t, value):
+        raise AssertionError("a CPU input was copied back from the device")
+
+    monkeypatch.setattr(runner, "write_back", copied_back)
+
+    def f(steps, x):
+        torch._foreach_add_(steps, 1)
+        x.mul_(steps[0] * 0.5 + steps[1])
+        return x * steps[1]
+
+    compiled = torch.compile(f, backend="tpu")
+    x = torch.randn(3, 4)
+    steps = [torch.tensor(0.0), torch.tensor(2.0, dtype=torch.float64)]
+    xt, steps_t = x.to("tpu"), [s.clone() for s in steps]
+    for _ in range(3):  # (the step values change: one executable, their values traced)
+        out, expected = compiled(steps_t, xt), f(steps, x)
+        assert_close(out, expected, **TOL)
+        assert_close(xt, x, **TOL)
+        assert [s.item() for s in steps_t] == [s.item() for s in steps]
+        assert [s.dtype for s in steps_t] == [torch.float32, torch.float64]
+
+
+def test_compiled_adamw_step_keeps_step_counts_on_the_host(monkeypatch):
+    from torchtpu.compile import runner
+
+    monkeypatch.setattr(runner, "write_back", lambda t, value: pytest.fail("step count copied back"))
+    models = [torch.nn.Linear(4, 3), torch.nn.Linear(4, 3).to("tpu")]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=0.1, foreach=True) for m in models]
+    step = torch.compile(opts[1].step, backend="tpu")
+    x = torch.randn(5, 4)
+    for _ in range(3):
+        for m, o, device in zip(models, opts, ("cpu", "tpu")):
+            o.zero_grad()
+            m(x.to(device)).square().sum().backward()
+        opts[0].step()
+        step()
+    for p_cpu, p_tpu in zip(models[0].parameters(), models[1].parameters()):
+        assert_close(p_tpu, p_cpu, **TOL)
+        assert opts[1].state[p_tpu]["step"].device.type == "cpu"
+        assert opts[1].state[p_tpu]["step"].item() == 3
+
+
 def test_multiple_outputs_and_dtypes():
     def f(x, i):
         return x.softmax(-1), x.argmax(-1), (x > 0).sum(), x[i].to(torch.bfloat16)

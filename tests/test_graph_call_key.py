@@ -6,11 +6,13 @@ recompile forever."""
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
 import torchtpu
 from torchtpu import _C
+from torchtpu.compile.graph_inputs import host_values
 from torchtpu.ops.dispatch import Call
 
 
@@ -68,9 +70,23 @@ def test_fast_key_separates_calls_exactly_like_the_python_key(trace_offsets):
 
 def test_fast_key_declines_what_only_python_keys():
     x = torch.randn(3, device="tpu")
-    assert _C._graph_call_key((x, torch.tensor(2.0))) is None  # a CPU scalar
+    assert _C._graph_call_key((x, torch.ones(2))) is None  # a CPU tensor with dims (a host input)
     assert _C._graph_call_key((x, 3)) is None  # a number
     assert _C._graph_call_key((x, torch.randn(3, device="tpu:1"))) is None  # two devices: PyTorch's error
+
+
+def test_cpu_scalars_are_keyed_by_dtype_and_passed_by_value():
+    # (an optimizer's step counts: a compiled opt.step() takes one per parameter)
+    x = torch.randn(3, device="tpu")
+    sets = [(x, torch.tensor(2.0)), (x, torch.tensor(7.0)), (x, torch.tensor(2.0, dtype=torch.float64)),
+            (x, torch.tensor(2)), (torch.tensor(2.0), x), (x, x)]
+    python = [_python_key(s) for s in sets]
+    fast = [_C._graph_call_key(s) for s in sets]
+    for i, j in itertools.combinations(range(len(sets)), 2):
+        assert (python[i][:2] == python[j][:2]) == (fast[i][0] == fast[j][0]), (i, j)
+    for p, f in zip(python, fast):
+        assert [np.asarray(v).dtype for v in p[2]] == [v.dtype for v in host_values(f[4])]
+        assert [np.asarray(v).item() for v in p[2]] == [v.item() for v in host_values(f[4])]
 
 
 def test_compiled_graph_reads_each_call_at_its_own_offset_and_alias():

@@ -8,7 +8,7 @@ input -- one (seed, offset) draw per call -- never a constant."""
 import torch
 
 from .. import _C
-from ..ops.dispatch import static_key
+from ..ops.dispatch import host_scalar, static_key
 from ..runtime.dtypes import torch_to_numpy
 
 
@@ -21,6 +21,12 @@ def tensor_key(call, t, trace_offsets=False):
         call.dyn.append(torch_to_numpy(t.detach()).copy())  # (the values at the call, not later ones)
         return ("cpu", t.dtype, tuple(t.shape))
     return call.tensor_key(t, trace_offsets)
+
+
+def host_values(dyn):
+    """The traced inputs `_C._graph_call_key` found, as the Python key
+    (dispatch.Call) passes them: a CPU scalar tensor as its value."""
+    return [host_scalar(d) if isinstance(d, torch.Tensor) else d for d in dyn]
 
 
 def rng_words(seed, offset):

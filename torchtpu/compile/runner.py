@@ -25,7 +25,8 @@ from ..runtime.dtypes import to_jax
 from ..runtime.gc_pause import gc_paused
 from . import output_views, stats, storages
 from .dynamic_runner import DynamicCalls, write_back
-from .graph_inputs import argument_key, generator_draws, rng_words, tensor_key
+from .graph_inputs import argument_key, generator_draws, host_values, rng_words, tensor_key
+from .host_updates import HostUpdates
 from .input_views import ChurningViews
 
 log = logging.getLogger("torchtpu.compile")
@@ -33,7 +34,7 @@ log = logging.getLogger("torchtpu.compile")
 
 class _Executable:
     __slots__ = ("jitted", "donated", "input_slots", "fresh", "writes", "sigs", "checks", "arg_sources", "host_writes",
-                 "host_outputs")
+                 "host_outputs", "host_updated")
 
 
 class CompiledGraph(DynamicCalls):
@@ -56,6 +57,7 @@ class CompiledGraph(DynamicCalls):
         self.merged = None  # merged sizes' padded layouts (dynamic.merged_layouts), at the first dynamic call
         self.dynamic_inputs = None  # how a dynamic call reads each placeholder (dynamic_runner), at the first
         self.churning = ChurningViews(graph, self.out_nodes)  # inputs copied compact (input_views.py)
+        self.host_updates = HostUpdates(graph.gm, graph.placeholders, graph.mutated_placeholders)
 
     def __call__(self, *args):
         if devices._forked_after_start:
@@ -64,9 +66,9 @@ class CompiledGraph(DynamicCalls):
             args = self.churning.compact(args)
         if self.symbolic:
             return self._call_dynamic(args, generator_draws(args))
-        # Steady state: every argument a tpu tensor, keyed in C++ (a
-        # training step's graphs take dozens of them; keying them in
-        # Python cost ~10 us each).
+        # Steady state: every argument a tpu tensor or a CPU scalar, keyed
+        # in C++ (a training step's graphs take dozens of them; keying them
+        # in Python cost ~10 us each).
         traced = self.churning.traced
         fast = _C._graph_call_key(args, traced or None)
         if fast is not None:
@@ -75,7 +77,7 @@ class CompiledGraph(DynamicCalls):
             if exe is not None:
                 self.stats.requests += 1
                 self.stats.hits += 1
-                return self._run(exe, args, storages.FastCall(*fast[1:]))
+                return self._run(exe, args, storages.FastCall(*fast[1:4], dyn=host_values(fast[4])))
         boxes.drain()
         call = Call()
         key = [matmul_precision(), torch.get_default_dtype()]
@@ -116,6 +118,7 @@ class CompiledGraph(DynamicCalls):
         if self.graph.random:
             flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
         results = exe.jitted(*flat)
+        host_values = self.host_updates.run(args) if exe.host_updated else ()
         if exe.checks is not None:
             checks.pending.append((results[-1], exe.checks))
             checks.maybe_fold()
@@ -134,6 +137,8 @@ class CompiledGraph(DynamicCalls):
             address = call.addresses[ref]
             if address and result is not None:
                 boxes.boxes[address] = (result, sig)
+        for index, value in zip(self.host_updates.indices, host_values):
+            args[index].copy_(value)
         outputs = []
         for kind, ref in exe.arg_sources:
             if kind == "fresh":
@@ -187,7 +192,10 @@ class CompiledGraph(DynamicCalls):
             else:
                 exe.arg_sources.append(("value", None if isinstance(node, torch.fx.Node) else node))
 
-        written_slots, exe.host_writes = self._written_slots(args, call)
+        written_slots, written_back = self._written_slots(args, call)
+        # (the new values of host inputs the host computes are not returned: copying them back waits for the device)
+        exe.host_updated = bool(self.host_updates.indices)
+        exe.host_writes = [i for i in written_back if i not in self.host_updates.indices]
         table = []
 
         def fn(*flat):
@@ -202,7 +210,7 @@ class CompiledGraph(DynamicCalls):
                 box = plans.write_view(None, _nbytes(shape, strides, dtype), shape, strides, 0, outputs[i])
                 # (an empty output has no box; a placeholder keeps results aligned with exe.writes)
                 results.append(box if box is not None else jnp.zeros((0,), to_jax(dtype)))
-            results.extend(storages.written(args, call, arrays, rest, mutations, written_slots, exe.host_writes))
+            results.extend(storages.written(args, call, arrays, rest, mutations, written_slots, written_back))
             results.extend(mutations[index] for index in exe.host_writes)
             results.extend(outputs[i] for i in host_values)
             if graph.checks:

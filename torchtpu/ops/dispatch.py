@@ -107,6 +107,11 @@ def first_tpu_device(args, kwargs=None):
 # ------------------------------------------------------------ per call
 
 
+def host_scalar(t):
+    """A CPU scalar tensor operand's value, as a kernel takes it (traced)."""
+    return np.asarray(t.item(), dtype=to_jax(t.dtype))
+
+
 class Call:
     """Runtime data gathered while building the key of one call."""
 
@@ -140,9 +145,8 @@ class Call:
         if t.is_cpu:
             if t.dim() != 0:
                 raise device_mismatch(self._tpu_device(), "cpu")
-            dtype = t.dtype
-            self.dyn.append(np.asarray(t.item(), dtype=to_jax(dtype)))
-            return ("cpu", dtype, _is_wrapped(t))
+            self.dyn.append(host_scalar(t))
+            return ("cpu", t.dtype, _is_wrapped(t))
         if t.device.type != "tpu":
             raise device_mismatch(self._tpu_device(), t.device)
         info = _tensor_info(t)
