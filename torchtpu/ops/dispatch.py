@@ -22,9 +22,9 @@ from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
 from ..runtime.dtypes import convert, to_jax
 from . import (aten_checks, host_fill, kernel_cache, meta_fixes, plans, promotion, row_offsets, scalar_overflow,
-               sparse_layouts)
-from .aten_checks import c10_name
+               sparse_layouts, written_checks)
 from .context import LoweringContext, matmul_precision, matmul_scope
+from .dtype_names import c10_name
 from .registry import find_lowering
 from .schema import (
     GENERATOR,
@@ -654,7 +654,7 @@ def _build(entry, values, call, key):
         else:
             kernel.returns.append(("fresh", _add_fresh(kernel, m, expected)))
 
-    aten_checks.after_meta(sch, values, meta_values)
+    written_checks.after_meta(sch, values, meta_values)
     _match_resized_out_layout(sch, values, meta_values, call)
     # A written tensor with a lazy conjugate / negative bit (`x.conj().fill_(v)`)
     # stores the value with the bit undone: reading it back applies the bit.
@@ -788,13 +788,13 @@ def _match_resized_out_layout(sch, values, meta_values, call):
     ]
     if not resized:
         return
-    func_out = aten_checks.functional_meta_result(sch, meta_values)
+    func_out = written_checks.functional_meta_result(sch, meta_values)
     for p, f in zip(outs, func_out):
         m = meta_values[p]
         # (a dense layout only: the functional op may return a view of its
         # input -- conj_physical of a real x[::2] -- which out= is not)
         if (p in resized and isinstance(f, torch.Tensor) and f.shape == m.shape and f.stride() != m.stride()
-                and aten_checks.non_overlapping_and_dense(f)):
+                and written_checks.non_overlapping_and_dense(f)):
             m.as_strided_(f.shape, f.stride())
 
 

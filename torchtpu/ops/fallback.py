@@ -12,7 +12,7 @@ from collections import Counter
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import aten_checks, sparse_layouts
+from . import aten_checks, sparse_layouts, written_checks
 from .dispatch import device_mismatch, first_tpu_device
 from .schema import schema_of
 
@@ -75,7 +75,7 @@ def handle(op, args, kwargs):
     values = sch.normalize(args, kwargs)
     _check_devices(sch, values)
     aten_checks.before_meta(sch, values)  # (ATen's dtype checks a decomposition skips: trace of bool)
-    aten_checks.check_exact_out_dtype_unlowered(sch, values)
+    written_checks.check_exact_out_dtype_unlowered(sch, values)
     active = getattr(_local, "decomposing", None)
     if active is None:
         active = _local.decomposing = set()

@@ -5,7 +5,7 @@ The checks that make bad calls raise as on the CPU are in aten_checks.py."""
 
 import torch
 
-from .aten_checks import c10_name
+from .dtype_names import c10_name
 from .warn_once import warn_once
 
 

@@ -120,7 +120,7 @@ def _pad_components(pieces, padding, shape):
 def _check_mask(t, mask):
     """ATen's checks of `_nested_tensor_from_mask(_left_aligned)`."""
     if mask.dtype != torch.bool:
-        from .aten_checks import c10_name  # (not at import: it loads JAX, and `import torch` loads this module)
+        from .dtype_names import c10_name  # (not at import: it loads JAX, and `import torch` loads this module)
 
         raise RuntimeError(f"Expected mask to be of ScalarType Bool, but got {c10_name(mask.dtype)} instead.")
     if mask.dim() != 2:

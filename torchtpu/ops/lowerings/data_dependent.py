@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .. import aten_checks
+from ..dtype_names import c10_name
 from ..registry import lower
 from ..schema import schema_of
 from ..special import special
@@ -54,7 +55,7 @@ def _to_out(out, result, dtype_error):
     """Write a data-dependent result to out=; these ATen kernels never cast
     (`dtype_error(result dtype name, out dtype name)` is their message)."""
     if out.dtype != result.dtype:
-        raise RuntimeError(dtype_error(aten_checks.c10_name(result.dtype), aten_checks.c10_name(out.dtype)))
+        raise RuntimeError(dtype_error(c10_name(result.dtype), c10_name(out.dtype)))
     out.resize_(result.shape)
     out.copy_(result)
     return out
