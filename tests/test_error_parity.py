@@ -312,6 +312,27 @@ REPORTED = {
     "nextafter_ of a long self": lambda d: _t([28], torch.int64, d).nextafter_(_t([0.0], torch.float32, d)),
     # in-place broadcast past self: ATen's wording (the meta kernels print torch.Size)
     "add_ broadcast past self": lambda d: torch.ones(1, 2, device=d).add_(torch.ones(3, 1, 2, device=d)),
+    # grid_sample's argument checks (the meta kernel asserted, unpacked or computed)
+    **{f"grid_sample, {what}": (lambda x, g: lambda d: F.grid_sample(_randn(d, *x), _randn(d, *g),
+                                                                     align_corners=False))(x, g)
+       for what, x, g in [("grid's last dim 3 for 4D", (1, 1, 4, 4), (1, 2, 2, 3)),
+                          ("batch sizes differ", (1, 1, 4, 4), (2, 2, 2, 2)),
+                          ("empty spatial dim", (1, 1, 0, 4), (1, 2, 2, 2)),
+                          ("5D grid for 4D input", (1, 1, 4, 4), (1, 2, 2, 2, 2)),
+                          ("grid's last dim 2 for 5D", (1, 1, 2, 4, 4), (1, 2, 2, 2, 2)),
+                          ("valid 5D", (1, 1, 2, 4, 4), (1, 2, 2, 2, 3))]},
+    "grid_sampler_2d of 3D input": lambda d: torch.grid_sampler_2d(_randn(d, 1, 4, 4), _randn(d, 1, 2, 2), 0, 0, False),
+    "grid_sample, double grid": lambda d: F.grid_sample(_randn(d, 1, 1, 4, 4), _randn(d, 1, 2, 2, 2).double()),
+    # reflection/replication pads have no bool kernel
+    **{f"{mode} pad of bool {n}d": (lambda mode, n: lambda d: F.pad(
+        torch.ones((1, 2) + (3,) * n, dtype=torch.bool, device=d), (1, 1) * n, mode=mode))(mode, n)
+       for mode in ("reflect", "replicate") for n in (1, 2, 3)},
+    "frexp into a double mantissa": lambda d: torch.frexp(_randn(d, 3), out=(
+        torch.empty(3, dtype=torch.float64, device=d), torch.empty(3, dtype=torch.int32, device=d)))[1],
+    "frexp into a long exponent": lambda d: torch.frexp(_randn(d, 3), out=(
+        torch.empty(3, device=d), torch.empty(3, dtype=torch.int64, device=d)))[1],
+    "frexp into valid outs": lambda d: torch.frexp(_randn(d, 3), out=(
+        torch.empty(3, device=d), torch.empty(3, dtype=torch.int32, device=d)))[1],
 }  # fmt: skip
 
 

@@ -520,6 +520,50 @@ _UPSAMPLES = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", 
               "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa")
 
 
+def _grid_sampler_checks(sch, values):
+    """ATen's check_grid_sampler_common and the 2d/3d kernels' checks (the
+    meta kernel asserts, unpacks or computes)."""
+    x, grid = values[0], values[1]
+    sizes = f"input with sizes {list(x.shape)} and grid with sizes {list(grid.shape)}"
+    if x.dim() > 0 and grid.dim() > 0 and x.shape[0] != grid.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, but got {sizes}")
+    if grid.dim() > 0 and grid.shape[-1] != x.dim() - 2:
+        raise RuntimeError(f"grid_sampler(): expected grid to have size {x.dim() - 2} in last dimension, but got "
+                           f"grid with sizes {list(grid.shape)}")
+    for i in range(2, x.dim()):
+        if x.shape[i] == 0:
+            raise RuntimeError(f"grid_sampler(): expected input to have non-empty spatial dimensions, but input has "
+                               f"sizes {list(x.shape)} with dimension {i} being empty")
+    rank = 4 if sch.op._schema.name == "aten::grid_sampler_2d" else 5
+    if x.dim() != rank or grid.dim() != rank:
+        raise RuntimeError(f"grid_sampler(): expected {rank}D input and grid with same number of dimensions, but got "
+                           f"{sizes}")
+    if x.dtype != grid.dtype:
+        raise RuntimeError(f"expected scalar type {c10_name(x.dtype)} but found {c10_name(grid.dtype)}")
+
+
+def _pad_kernel(kernel_name):
+    # ATen's reflection/replication pad kernels have no bool version (the
+    # meta kernels take bool, or name the dtype as torch.bool)
+    def check(sch, values):
+        if values[0].dtype == torch.bool:
+            raise _not_implemented(kernel_name, torch.bool)
+
+    return check
+
+
+def _frexp_outs(sch, values):
+    # ATen's frexp_out checks (the meta kernel casts into any outs)
+    if not sch.mutated or not values[0].dtype.is_floating_point:
+        return  # (no outs; or the meta kernel says the dtype is wrong, as ATen does)
+    self, mantissa, exponent = values[0], values[1], values[2]
+    if mantissa.dtype != self.dtype:
+        raise RuntimeError(f"torch.frexp() expects mantissa to have dtype {cpp_name(self.dtype)} but got "
+                           f"{cpp_name(mantissa.dtype)}")
+    if exponent.dtype != torch.int32:
+        raise RuntimeError(f"torch.frexp() expects exponent to have int dtype but got {cpp_name(exponent.dtype)}")
+
+
 # before_meta checks comparing sizes across arguments (skipped when padded)
 _RELATING_SIZES = {_attention_mask, _index_shapes_broadcast}
 
@@ -554,6 +598,10 @@ _BEFORE_META = {
     "aten::_scaled_dot_product_fused_attention_overrideable": _attention_mask,
     "aten::multinomial": _multinomial_rank,
     **{f"aten::{name}": _upsample_sizes for name in _UPSAMPLES},
+    **dict.fromkeys(("aten::grid_sampler_2d", "aten::grid_sampler_3d"), _grid_sampler_checks),
+    **{f"aten::{kind}_pad{n}d": _pad_kernel(f"{kind}_pad{n}d") for kind in ("reflection", "replication")
+       for n in (1, 2, 3)},
+    "aten::frexp": _frexp_outs,
     "aten::nll_loss_forward": _nll_checks,
     "aten::nll_loss2d_forward": _nll2d_checks,
     "aten::nll_loss_backward": _nll_backward_sizes,
