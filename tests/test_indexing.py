@@ -585,3 +585,52 @@ def test_repeat_interleave_tensor():
     check(lambda a: a.repeat_interleave(2), x, grad=True)
     with pytest.raises(RuntimeError, match="repeats can not be negative"):
         torch.repeat_interleave(torch.tensor([1, -1]).to(TPU))
+
+
+def test_masked_scatter_with_too_few_source_elements_raises():
+    # The CPU raises; a device-side check (as CUDA's), never a repeated last element.
+    for n in (5, 0):
+        with pytest.raises(RuntimeError, match="Number of elements of source < number of ones in mask"):
+            torch.randn(3, 4).masked_scatter(torch.ones(3, 4, dtype=torch.bool), torch.randn(n))
+        with pytest.raises(RuntimeError, match="Number of elements of source < number of ones in mask"):
+            x = torch.randn(3, 4).to(TPU)
+            x.masked_scatter_(torch.ones(3, 4, dtype=torch.bool).to(TPU), torch.randn(n).to(TPU))
+            torch.tpu.synchronize()  # device-side check: reported at the next sync
+    m = torch.tensor([[True, False], [False, True]])
+    check(lambda a, m, s: a.masked_scatter(m, s), torch.randn(2, 2), m, torch.randn(2))  # exactly enough
+    check(lambda a, m, s: a.masked_scatter(m, s), torch.randn(2, 2), m & False, torch.randn(0))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_of_no_indices_and_empty_bags(mode):
+    import torch.nn.functional as F
+
+    w = torch.randn(6, 2, requires_grad=True)
+    empty = torch.zeros(0, dtype=torch.long)
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), w, empty, torch.tensor([0, 0]), grad=True)
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, include_last_offset=True), w, empty,
+          torch.tensor([0, 0]), grad=True)
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), w, torch.tensor([1, 2]), torch.tensor([0, 0, 2]),
+          grad=True)
+    if mode == "max":  # (sum/mean's auxiliary outputs have the meta kernel's shapes, not the CPU's)
+        check(lambda w, i, o: torch.ops.aten._embedding_bag(w, i, o, False, 2), w.detach(), empty,
+              torch.tensor([0, 0]))
+
+
+@pytest.mark.parametrize("op", ["index_add", "index_reduce"])
+def test_index_add_source_shape_must_match_self_zero_dim_included(op):
+    # The CPU kernels compare shapes (a 0-dim tensor matches only a 0-dim one);
+    # index_copy and index_fill accept these, on the CPU too.
+    extra = ("prod",) if op == "index_reduce" else ()
+    for self_shape, source_shape in [((), (1,)), ((), (2,)), ((3,), ()), ((2, 3), (1, 4)), ((3,), (1, 1))]:
+        n = source_shape[0] if source_shape else 1
+        args = (torch.zeros(self_shape), torch.zeros(n, dtype=torch.long), torch.ones(source_shape))
+        with pytest.raises(RuntimeError) as expected:
+            getattr(args[0], op)(0, *args[1:], *extra)
+        with pytest.raises(RuntimeError) as actual:
+            getattr(args[0].to(TPU), op)(0, *(a.to(TPU) for a in args[1:]), *extra)
+        assert str(actual.value) == str(expected.value)
+    check(lambda a, i, s: getattr(a, op)(0, i, s, *extra), torch.tensor(1.0), torch.tensor([0]), torch.tensor(2.0))
+    check(lambda a, i, s: a.index_copy(0, i, s), torch.tensor(1.0), torch.tensor([0]), torch.tensor([2.0]))
+    check(lambda a, i, s: a.index_copy(0, i, s), torch.zeros(3), torch.tensor([1]), torch.tensor(2.0))
+    check(lambda a, i: a.index_fill(0, i, 2.0), torch.tensor(1.0), torch.tensor(0))

@@ -375,3 +375,34 @@ def test_searchsorted_converts_a_scalar_to_the_sequence_dtype():
     check(lambda s, o: torch.searchsorted(s, -1, sorter=o), torch.tensor([3, 1, 2], dtype=torch.uint8),
           torch.tensor([1, 2, 0]))
     check(lambda s: (torch.bucketize(-1, s), torch.bucketize(200, s.to(torch.int8))), u8)
+
+
+def test_searchsorted_sorter_out_of_range_raises():
+    for sorter in ([0, 5], [-1, 0]):
+        with pytest.raises(RuntimeError, match=r"torch.searchsorted\(\): sorter index out of range"):
+            torch.searchsorted(torch.tensor([3.0, 1.0]), torch.tensor([2.0]), sorter=torch.tensor(sorter))
+        with pytest.raises(RuntimeError, match=r"torch.searchsorted\(\): sorter index out of range"):
+            torch.searchsorted(torch.tensor([3.0, 1.0]).to(TPU), torch.tensor([2.0]).to(TPU),
+                               sorter=torch.tensor(sorter).to(TPU))
+            torch.tpu.synchronize()  # device-side check: reported at the next sync
+
+
+def test_searchsorted_and_bucketize_search_as_aten_does():
+    # ATen's binary search with raw comparisons: NaN (in the boundaries or
+    # the values) and unsorted boundaries give the CPU's answers, not NumPy's.
+    b = torch.tensor([1.0, 2.0, nan])
+    v = torch.tensor([nan, 0.0, 3.0, 2.0, 1.5])
+    for right in (False, True):
+        check(lambda b, v: (torch.searchsorted(b, v, right=right), torch.bucketize(v, b, right=right)), b, v)
+    gen = torch.Generator().manual_seed(0)
+    seq = torch.randint(-3, 4, (3, 9), generator=gen).float()
+    seq[torch.rand(seq.shape, generator=gen) < 0.3] = nan
+    vals = torch.randint(-4, 5, (3, 6), generator=gen).float()
+    vals[0, 0] = nan
+    sorter = torch.argsort(torch.rand(seq.shape, generator=gen), -1)
+    for side in ("left", "right"):
+        check(lambda s, v: torch.searchsorted(s, v, side=side), seq, vals)  # (unsorted rows too)
+        check(lambda s, v, o: torch.searchsorted(s, v, side=side, sorter=o), seq, vals, sorter)
+        check(lambda s, v: torch.searchsorted(s, v, side=side), seq.sort(-1).values, vals)
+        check(lambda s, v: torch.bucketize(v, s, right=side == "right"), seq[0], vals)
+    check(lambda s, v: torch.searchsorted(s, v), torch.arange(1000), torch.randint(-5, 1005, (50,), generator=gen))

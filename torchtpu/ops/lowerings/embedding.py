@@ -106,7 +106,10 @@ def _embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq, mode, spar
         pos = jnp.where(hit, jnp.arange(indices.shape[0])[:, None], indices.shape[0])
         first = jax.ops.segment_min(pos, seg, num_segments=num_bags + 1)[:num_bags]
         empty = (size == 0)[:, None]
-        max_indices = jnp.where(empty, 0, jnp.take(indices, first.clip(0, indices.shape[0] - 1)))
+        if indices.shape[0]:
+            max_indices = jnp.where(empty, 0, jnp.take(indices, first.clip(0, indices.shape[0] - 1)))
+        else:  # (no indices, every bag empty: jnp.take refuses an empty axis)
+            max_indices = jnp.zeros(best.shape, indices.dtype)
         out = jnp.where(empty, jnp.zeros((), acc), best)
         return out, bag, _bag_size_output(size, offsets), max_indices
     if per_sample_weights is not None:

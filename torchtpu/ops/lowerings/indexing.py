@@ -307,6 +307,17 @@ def _along(index, dim, source_shape):
     return jnp.broadcast_to(index.reshape(shape), source_shape)
 
 
+def _check_source_shape(self, dim, source):
+    """The CPU kernels' check of index_add/index_reduce (meta kernels skip
+    it): source has self's rank and sizes but along `dim` (a 0-dim tensor
+    matches only a 0-dim one)."""
+    same = jnp.ndim(source) == self.ndim and all(
+        a == b for d, (a, b) in enumerate(zip(self.shape, jnp.shape(source))) if d != dim)
+    if not same:
+        raise RuntimeError("source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(self.shape)} source.shape = {list(jnp.shape(source))}")
+
+
 @lower(aten.index_add.default)
 def index_add(ctx, self, dim, index, source, alpha=1):
     source = jnp.asarray(source).astype(self.dtype)
@@ -315,6 +326,7 @@ def index_add(ctx, self, dim, index, source, alpha=1):
     else:
         scaled = source * jnp.asarray(alpha).astype(self.dtype)
     dim = wrap_dim(dim, self.ndim)
+    _check_source_shape(self, dim, source)
     x = _as_1d(self)
     _check_along(ctx, x, dim, index)
     index = index.reshape(-1)
@@ -353,6 +365,7 @@ def index_fill(ctx, self, dim, index, value):
 @lower(aten.index_reduce.default)
 def index_reduce(ctx, self, dim, index, source, reduce, include_self=True):
     dim = wrap_dim(dim, self.ndim)
+    _check_source_shape(self, dim, source)
     x = _as_1d(self)
     _check_along(ctx, x, dim, index, IndexError)
     full = _along(index.reshape(-1), dim, _as_1d(source).shape)
@@ -536,6 +549,8 @@ def masked_scatter(ctx, self, mask, source):
     x = jnp.broadcast_to(self, shape).reshape(-1)
     src = source.reshape(-1).astype(x.dtype)
     pos = jnp.cumsum(mask.astype(jnp.int64)) - 1
+    # (a device-side check, as CUDA's: the count of set mask elements is a value)
+    ctx.check(jnp.sum(mask, dtype=jnp.int64) <= src.shape[0], "Number of elements of source < number of ones in mask")
     if src.shape[0] == 0:
         picked = jnp.zeros_like(x)
     else:

@@ -8,7 +8,6 @@ descending).  Index arithmetic runs in int32 (native on TPU); the dispatcher
 casts indices to int64 as ATen declares them.
 """
 
-import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
@@ -302,6 +301,29 @@ def cummin_helper(ctx, self, values, indices, dim):
 # -------------------------------------------------------------- searchsorted
 
 
+def _binary_search(rows, values, side):
+    """ATen's binary search (cus_lower_bound/cus_upper_bound), per row of
+    `rows` (r, n) for the values (r, m): the probe `mid = start + (end -
+    start) / 2` moves right while !(rows[mid] >= v) (left) or
+    !(rows[mid] > v) (right).  Raw comparisons, so a NaN sends every probe
+    right, as on the CPU (jnp.searchsorted orders NaN last instead).  At most
+    n.bit_length() halvings; a finished search stays put."""
+    n = rows.shape[-1]
+    it = _index_dtype(n + 1)
+    start = jnp.zeros(values.shape, it)
+    end = jnp.full(values.shape, n, it)
+
+    def halve(_, bounds):
+        start, end = bounds
+        mid = start + (end - start) // 2
+        probe = jnp.take_along_axis(rows, jnp.minimum(mid, n - 1), axis=-1)
+        right = ~(probe >= values) if side == "left" else ~(probe > values)
+        active = start < end
+        return jnp.where(active & right, mid + 1, start), jnp.where(active & ~right, mid, end)
+
+    return lax.fori_loop(0, n.bit_length(), halve, (start, end))[0]
+
+
 @lower(aten.bucketize.Tensor, aten.bucketize.Scalar)
 def bucketize(ctx, x, boundaries, out_int32=False, right=False):
     """right=False: boundaries[i-1] < x <= boundaries[i].  (Eager mode used
@@ -310,8 +332,11 @@ def bucketize(ctx, x, boundaries, out_int32=False, right=False):
     if boundaries.ndim != 1:
         raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
     dt = ctx.result_type(0, 1)
-    idx = jnp.searchsorted(astype(boundaries, dt), astype(x, dt), side="right" if right else "left")
-    return idx.astype(ctx.out_dtype)
+    if boundaries.size == 0 or x.size == 0:
+        return jnp.zeros(x.shape, ctx.out_dtype)
+    values = astype(x, dt)
+    idx = _binary_search(astype(boundaries, dt)[None], values.reshape(1, -1), "right" if right else "left")
+    return idx.reshape(values.shape).astype(ctx.out_dtype)
 
 
 @lower(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
@@ -324,6 +349,9 @@ def searchsorted(ctx, sorted_sequence, self, out_int32=False, right=False, side=
     seq = astype(sorted_sequence, dt)
     values = astype(self, dt)
     if sorter is not None:
+        if seq.ndim:
+            ctx.check_index(sorter, seq.shape[-1], "torch.searchsorted(): sorter index out of range",
+                            RuntimeError, negative_ok=False)
         seq = jnp.take_along_axis(seq, sorter.astype(jnp.int64), axis=-1)
     out_dtype = jnp.int32 if out_int32 else jnp.int64
     if seq.ndim == 0 and values.ndim == 0:
@@ -334,10 +362,6 @@ def searchsorted(ctx, sorted_sequence, self, out_int32=False, right=False, side=
                            "dimension")
     if seq.size == 0 or values.size == 0:  # (no boundaries: every value goes before them all)
         return jnp.zeros(values.shape, out_dtype)
-    if seq.ndim == 1:
-        idx = jnp.searchsorted(seq, values, side=side)
-    else:
-        rows = seq.reshape(-1, seq.shape[-1])
-        idx = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(rows, values.reshape(rows.shape[0], -1))
-        idx = idx.reshape(values.shape)
-    return idx.astype(out_dtype)
+    rows = seq.reshape(-1, seq.shape[-1])
+    idx = _binary_search(rows, values.reshape(rows.shape[0], -1), side)
+    return idx.reshape(values.shape).astype(out_dtype)
