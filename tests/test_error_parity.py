@@ -331,6 +331,10 @@ REPORTED = {
         torch.empty(3, dtype=torch.float64, device=d), torch.empty(3, dtype=torch.int32, device=d)))[1],
     "frexp into a long exponent": lambda d: torch.frexp(_randn(d, 3), out=(
         torch.empty(3, device=d), torch.empty(3, dtype=torch.int64, device=d)))[1],
+    **{f"ctc_loss of empty log_probs {shape}": (lambda shape: lambda d: F.ctc_loss(
+        _randn(d, *shape).log_softmax(-1), torch.ones(shape[1], 3, dtype=torch.long, device=d),
+        torch.full((shape[1],), shape[0], dtype=torch.long, device=d),
+        torch.ones(shape[1], dtype=torch.long, device=d)))(shape) for shape in ((5, 0, 4), (0, 2, 4))},
     "frexp into valid outs": lambda d: torch.frexp(_randn(d, 3), out=(
         torch.empty(3, device=d), torch.empty(3, dtype=torch.int32, device=d)))[1],
 }  # fmt: skip

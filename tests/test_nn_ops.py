@@ -994,3 +994,91 @@ def test_interpolate_empty_sizes_raise_like_the_cpu(shape, size, mode):
 
 def test_interpolate_antialiased_empty_input_raises_like_the_cpu():
     _raises_like_cpu(lambda x: F.interpolate(x, size=(2, 2), mode="bilinear", antialias=True), randn(1, 1, 0, 6))
+
+
+@pytest.mark.parametrize("loss", [F.binary_cross_entropy, F.mse_loss, F.smooth_l1_loss, F.huber_loss], ids=_name)
+def test_loss_backward_of_an_empty_mean_is_empty(loss):
+    # the lowering's 1 / numel and the meta kernels' (meta_fixes.py) raised ZeroDivisionError
+    check(lambda x, t: loss(x, t), rand(0, grad=True), rand(0, seed=1), grad=True, equal_nan=True)
+
+
+def _raises_at_sync_like_cpu(fn, *args):
+    """fn on the CPU raises; on tpu a device-side check raises the same
+    message (with its note appended) once the result is read."""
+    import re
+
+    with pytest.raises(Exception) as cpu:
+        fn(*args)
+    with pytest.raises(type(cpu.value), match=f"^{re.escape(str(cpu.value))}"):
+        fn(*(a.to(TPU) for a in args)).cpu()
+
+
+_aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("target", [[3, 0], [-1, 0]], ids=str)
+def test_multi_margin_target_out_of_range_raises_like_the_cpu(target):
+    x, t = randn(2, 3), torch.tensor(target)
+    _raises_at_sync_like_cpu(lambda x, t: F.multi_margin_loss(x, t), x, t)
+    _raises_at_sync_like_cpu(lambda x, t: F.multi_margin_loss(x[0], t[0]), x, t)
+    _raises_at_sync_like_cpu(lambda x, t: _aten.multi_margin_loss_backward(
+        torch.ones((), device=x.device), x, t, 1, 1.0, None, 1), x, t)
+
+
+@pytest.mark.parametrize("target", [[[5, -1, 0], [0, 1, -1]], [[0, -1, 5], [0, 1, -1]], [[0, -2, 1], [0, 1, -1]]],
+                         ids=str)
+def test_multilabel_margin_target_out_of_range_raises_like_the_cpu(target):
+    # ATen checks every slot, those after the first -1 too
+    x, t = randn(2, 3), torch.tensor(target)
+    _raises_at_sync_like_cpu(lambda x, t: F.multilabel_margin_loss(x, t), x, t)
+    _raises_at_sync_like_cpu(lambda x, t: _aten.multilabel_margin_loss_backward(
+        torch.ones((), device=x.device), x, t, 1, torch.zeros(2, 3, device=x.device)), x, t)
+
+
+def test_margin_losses_in_range_targets_still_work():
+    x = randn(2, 3, grad=True)
+    check(lambda x: F.multi_margin_loss(x, torch.tensor([2, 0], device=x.device)), x, grad=True)
+    check(lambda x: F.multilabel_margin_loss(x, torch.tensor([[2, -1, 1], [0, 1, -1]], device=x.device)), x, grad=True)
+
+
+@pytest.mark.parametrize("beta", [-1.0, float("nan")], ids=str)
+def test_smooth_l1_negative_beta_raises_like_the_cpu(beta):
+    _raises_like_cpu(lambda x, y: F.smooth_l1_loss(x, y, beta=beta), randn(2, 3), randn(2, 3, seed=1))
+
+
+@pytest.mark.parametrize("fn, dtype", [
+    (lambda x: _aten.smooth_l1_loss(x, x), torch.int64),
+    (lambda x: _aten.huber_loss(x, x), torch.int32),
+    (lambda x: _aten.binary_cross_entropy(x, x), torch.uint8),
+    (lambda x: _aten.mse_loss(x, x), torch.complex64),
+    (lambda x: _aten.binary_cross_entropy_with_logits(x, x), torch.complex64),
+    (lambda x: _aten.huber_loss_backward(torch.ones((), dtype=x.dtype, device=x.device), x, x, 1, 1.0), torch.int64),
+    (lambda x: _aten.binary_cross_entropy_backward(torch.ones((), dtype=x.dtype, device=x.device), x, x), torch.int64),
+    (lambda x: _aten.mse_loss_backward(torch.ones((), dtype=x.dtype, device=x.device), x, x, 1), torch.complex64),
+], ids=["smooth_l1", "huber", "bce", "mse", "bce_with_logits", "huber_backward", "bce_backward", "mse_backward"])
+def test_loss_kernel_dtypes_raise_like_the_cpu(fn, dtype):
+    _raises_like_cpu(fn, torch.ones(3, dtype=dtype))
+
+
+def test_loss_backward_integer_inputs_work_like_the_cpu():
+    # (ATen's mse and smooth_l1 backward kernels take integers)
+    x = torch.arange(6).reshape(2, 3)
+    check(lambda x, y: _aten.mse_loss_backward(torch.ones((), dtype=x.dtype, device=x.device), x, y, 2), x, x.flip(0))
+    check(lambda x, y: _aten.smooth_l1_loss_backward(torch.ones((), dtype=x.dtype, device=x.device), x, y, 2, 1.0),
+          x, x.flip(0))
+
+
+def test_loss_dtype_mismatches_raise_like_the_cpu():
+    x, y = rand(2, 3), rand(2, 3, seed=1)
+    _raises_like_cpu(lambda x, y: _aten.binary_cross_entropy(x, y.double()), x, y)
+    _raises_like_cpu(lambda x, y: _aten.binary_cross_entropy_backward(torch.ones((), device=x.device), x, y.double()),
+                     x, y)
+    _raises_like_cpu(lambda x, y: _aten.binary_cross_entropy_backward(
+        torch.ones((), dtype=torch.float64, device=x.device), x, y), x, y)
+    t = torch.tensor([0, 1])
+    _raises_like_cpu(lambda x, t, w: F.multi_margin_loss(x, t, weight=w), x, t, y[0].double())
+
+
+def test_binary_cross_entropy_other_reduction_values_are_unreduced():
+    # ATen's apply_loss_reduction leaves the loss unreduced for any value but 1 and 2
+    check(lambda x, y: _aten.binary_cross_entropy(x, y, None, 3), rand(2, 3, low=0.1, high=0.9), rand(2, 3, seed=1))

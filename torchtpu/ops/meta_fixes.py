@@ -105,6 +105,19 @@ def _multilabel_margin_loss_forward(self, target, reduction):
     return out, is_target
 
 
+def _empty_mean_as_sum(op):
+    """A pointwise loss's backward over an empty input with mean reduction:
+    the gradient is empty; the reference kernels divide by numel first
+    (ZeroDivisionError).  Meta-wise, sum reduction is the same call."""
+
+    def run(grad_output, self, target, reduction, *args):
+        if reduction == 1 and self.numel() == 0:
+            reduction = 2
+        return op(grad_output, self, target, reduction, *args)
+
+    return run
+
+
 def _pow_tensor_scalar(self, exponent):
     # bool ** True / False: ATen copies the base or fills ones, in bool (the
     # reference kernel promotes to int64)
@@ -187,4 +200,7 @@ _META_KERNEL_FIXES = {
     torch.ops.aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward,
     torch.ops.aten.nan_to_num_.default: _nan_to_num_in_place,
     torch.ops.aten.abs.out: _abs_out,
+    **{op: _empty_mean_as_sum(op) for op in (torch.ops.aten.mse_loss_backward.default,
+                                             torch.ops.aten.smooth_l1_loss_backward.default,
+                                             torch.ops.aten.huber_loss_backward.default)},
 }

@@ -184,6 +184,8 @@ def _grad_meta(grad, log_probs, *args, **kwargs):
 @lower(aten._ctc_loss.default, aten._ctc_loss.Tensor, meta=_forward_meta)
 def ctc_loss(ctx, log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     # zero_infinity only matters to F.ctc_loss and the backward.
+    if log_probs.size == 0:  # (ATen's first check; the meta kernel does not make it)
+        raise RuntimeError("log_probs tensor must not be empty")
     return _forward(log_probs, targets, input_lengths, target_lengths, blank)
 
 

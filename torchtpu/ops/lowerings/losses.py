@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from ..dtype_names import c10_name
 from ..registry import lower
 from .common import acc_dtype
 
@@ -28,11 +29,30 @@ def _reduce(loss, reduction, dtype):
     acc = acc_dtype(dtype)
     if reduction == MEAN:
         return jnp.mean(loss.astype(acc))
-    return jnp.sum(loss.astype(acc))
+    if reduction == SUM:
+        return jnp.sum(loss.astype(acc))
+    return loss  # (any other value: unreduced, as ATen's apply_loss_reduction)
 
 
 def _norm(reduction, numel):
-    return 1.0 / numel if reduction == MEAN else 1.0
+    # (an empty input's gradient is empty whatever the factor)
+    return 1.0 / max(numel, 1) if reduction == MEAN else 1.0
+
+
+def _floating_kernel(ctx, kernel, integers=False):
+    """ATen's loss kernels take floating types only (some backward kernels
+    integers too); the meta kernels take integers and complex."""
+    dtype = ctx.out_meta[0].dtype
+    if dtype.is_complex or not (dtype.is_floating_point or integers):
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{c10_name(dtype)}\'')
+
+
+def _same_dtypes(ctx, *indices):
+    """TensorIterator's check of ops built without type promotion."""
+    dtypes = [ctx.meta_args[i].dtype for i in indices]
+    for dtype in dtypes[1:]:
+        if dtype != dtypes[0]:
+            raise RuntimeError(f"Found dtype {c10_name(dtype)} but expected {c10_name(dtypes[0])}")
 
 
 def _operands(ctx, *xs):
@@ -137,6 +157,7 @@ def nll_loss_backward(ctx, grad_output, self, target, weight, reduction, ignore_
 
 @lower(aten.mse_loss)
 def mse_loss(ctx, self, target, reduction=MEAN):
+    _floating_kernel(ctx, "mse_cpu")
     dtype, _, (x, y) = _operands(ctx, self, target)
     d = x - y
     return _reduce(d * d, reduction, dtype)
@@ -144,12 +165,17 @@ def mse_loss(ctx, self, target, reduction=MEAN):
 
 @lower(aten.mse_loss_backward)
 def mse_loss_backward(ctx, grad_output, self, target, reduction):
+    _floating_kernel(ctx, "mse_backward_cpu_out", integers=True)
     dtype, _, (g, x, y) = _operands(ctx, grad_output, self, target)
     return 2.0 * _norm(reduction, x.size) * (x - y) * g
 
 
 @lower(aten.smooth_l1_loss)
 def smooth_l1_loss(ctx, self, target, reduction=MEAN, beta=1.0):
+    _floating_kernel(ctx, "smooth_l1_cpu")
+    # (ATen's check; the meta kernel does not make it)
+    if not beta >= 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     dtype, _, (x, y) = _operands(ctx, self, target)
     z = jnp.abs(x - y)
     if beta == 0:
@@ -160,6 +186,7 @@ def smooth_l1_loss(ctx, self, target, reduction=MEAN, beta=1.0):
 
 @lower(aten.smooth_l1_loss_backward)
 def smooth_l1_loss_backward(ctx, grad_output, self, target, reduction, beta):
+    _floating_kernel(ctx, "smooth_l1_backward_cpu_out", integers=True)
     dtype, _, (g, x, y) = _operands(ctx, grad_output, self, target)
     norm = _norm(reduction, x.size)
     d = x - y
@@ -169,6 +196,7 @@ def smooth_l1_loss_backward(ctx, grad_output, self, target, reduction, beta):
 
 @lower(aten.huber_loss)
 def huber_loss(ctx, self, target, reduction=MEAN, delta=1.0):
+    _floating_kernel(ctx, "huber_cpu")
     dtype, _, (x, y) = _operands(ctx, self, target)
     z = jnp.abs(x - y)
     loss = jnp.where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta))
@@ -177,6 +205,7 @@ def huber_loss(ctx, self, target, reduction=MEAN, delta=1.0):
 
 @lower(aten.huber_loss_backward)
 def huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
+    _floating_kernel(ctx, "huber_backward_cpu_out")
     dtype, _, (g, x, y) = _operands(ctx, grad_output, self, target)
     norm = _norm(reduction, x.size)
     d = x - y
@@ -185,6 +214,8 @@ def huber_loss_backward(ctx, grad_output, self, target, reduction, delta):
 
 @lower(aten.binary_cross_entropy)
 def binary_cross_entropy(ctx, self, target, weight=None, reduction=MEAN):
+    _floating_kernel(ctx, "binary_cross_entropy")
+    _same_dtypes(ctx, 0, 1)
     dtype = ctx.out_dtype
     acc = acc_dtype(dtype)
     x, t = self.astype(acc), target.astype(acc)
@@ -201,6 +232,8 @@ def binary_cross_entropy(ctx, self, target, weight=None, reduction=MEAN):
 
 @lower(aten.binary_cross_entropy_backward)
 def binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, reduction=MEAN):
+    _floating_kernel(ctx, "binary_cross_entropy_backward")
+    _same_dtypes(ctx, 0, 1, 2)
     acc = acc_dtype(ctx.out_dtype)
     g, x, t = grad_output.astype(acc), self.astype(acc), target.astype(acc)
     grad = g * (x - t) / jnp.maximum((1.0 - x) * x, 1e-12)
@@ -211,6 +244,7 @@ def binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, r
 
 @lower(aten.binary_cross_entropy_with_logits)
 def binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=None, reduction=MEAN):
+    _floating_kernel(ctx, "log_sigmoid_cpu")
     dtype = ctx.result_type(0, 1)
     acc = acc_dtype(dtype)
     x, t = self.astype(acc), target.astype(acc)
@@ -250,8 +284,16 @@ def _multi_margin(x, target, p, margin, weight, reduction):
     return (jnp.mean(per_frame) if reduction == MEAN else jnp.sum(per_frame)).astype(dtype)
 
 
+def _check_multi_margin_args(ctx, self, target, weight):
+    if weight is not None and weight.dtype != self.dtype:
+        raise RuntimeError(f"expected scalar type {c10_name(self.dtype)} but found {c10_name(weight.dtype)}")
+    classes = self.shape[-1] if self.ndim else 1
+    ctx.check((target >= 0) & (target < classes), "target out of range")
+
+
 @lower(aten.multi_margin_loss, static=("p",))
 def multi_margin_loss(ctx, self, target, p=1, margin=1, weight=None, reduction=MEAN):
+    _check_multi_margin_args(ctx, self, target, weight)
     return _multi_margin(self, target, p, jnp.asarray(margin), weight, reduction).reshape(ctx.out_shape)
 
 
@@ -262,6 +304,7 @@ def _like_self(grad_output, self, *args, **kwargs):
 
 @lower(aten.multi_margin_loss_backward, static=("p",), meta=_like_self)
 def multi_margin_loss_backward(ctx, grad_output, self, target, p, margin, weight=None, reduction=MEAN):
+    _check_multi_margin_args(ctx, self, target, weight)
     out, vjp = jax.vjp(lambda x: _multi_margin(x, target, p, jnp.asarray(margin), weight, reduction), self)
     return vjp(grad_output.astype(out.dtype).reshape(out.shape))[0]
 
@@ -272,6 +315,12 @@ def _multilabel_targets(target, classes):
     valid = jnp.cumprod((t >= 0).astype(jnp.int32), axis=1).astype(bool)
     hot = (jnp.where(valid, t, -1)[:, :, None] == jnp.arange(classes)).any(axis=1)
     return t, valid, hot
+
+
+def _check_multilabel_target(ctx, self, target, arg):
+    """ATen checks every slot, those after the first -1 too."""
+    classes = self.shape[-1] if self.ndim else 1
+    ctx.check((target >= -1) & (target < classes), f"argument #{arg} 'target' is out of range")
 
 
 def _multilabel_margin(x, target, reduction):
@@ -293,11 +342,13 @@ def _multilabel_margin(x, target, reduction):
 
 @lower(aten.multilabel_margin_loss_forward)
 def multilabel_margin_loss_forward(ctx, self, target, reduction):
+    _check_multilabel_target(ctx, self, target, 2)
     out, is_target = _multilabel_margin(self, target, reduction)
     return out.reshape(ctx.out_shape), is_target
 
 
 @lower(aten.multilabel_margin_loss_backward, meta=_like_self)
 def multilabel_margin_loss_backward(ctx, grad_output, self, target, reduction, is_target):
+    _check_multilabel_target(ctx, self, target, 3)
     out, vjp = jax.vjp(lambda x: _multilabel_margin(x, target, reduction)[0], self)
     return vjp(grad_output.astype(out.dtype).reshape(out.shape))[0]
