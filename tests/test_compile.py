@@ -1183,6 +1183,57 @@ def test_dynamic_cat_of_empty_pieces():
         assert_close(compiled(x.to("tpu")), flat(x))
 
 
+def test_dynamic_cat_of_a_merged_piece_read_by_position():
+    # A flattened (2, n) piece holds padding between its rows: cat placed it
+    # whole, so positions past it (gather, a slice) read padding (found by a
+    # random-program compile probe)
+    def f(a, b):
+        v = torch.cat([a, b.flatten(), a * 2])
+        return v.gather(0, torch.arange(v.shape[0], device=v.device)), v[1:-1] * 3
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (3, 5, 6):
+        a, b = torch.randn(2), torch.randn(2, n)
+        for got, want in zip(compiled(a.to("tpu"), b.to("tpu")), f(a, b)):
+            assert_close(got, want)
+
+
+ELEMENTWISE_WITHOUT_THE_TAG = {
+    "floor_divide": lambda x: x + (x.detach() // 2 + torch.floor_divide(x.detach(), x.detach().abs() + 1)),
+    "masked_fill with a 0-dim tensor": lambda x: x.masked_fill(x > 0, torch.tensor(0.5)),
+    "hardswish": F.hardswish,
+    "hardtanh": F.hardtanh,
+    "elu": F.elu,
+    "softplus": F.softplus,
+    "leaky_relu": F.leaky_relu,
+    "hardsigmoid": F.hardsigmoid,
+    "hardshrink": F.hardshrink,
+    "softshrink": F.softshrink,
+    "mish": F.mish,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE_WITHOUT_THE_TAG))
+def test_dynamic_elementwise_ops_without_the_pointwise_tag_stay_bucketed(name):
+    # (each compiled once per length: no padding rule; found by a compile probe)
+    fn = ELEMENTWISE_WITHOUT_THE_TAG[name]
+
+    def f(x):
+        return fn(x * 3).sum(-1)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    before = _graph_stats()["compilations"]
+    for length in range(9, 14):
+        x = torch.randn(2, length, requires_grad=True)
+        xt = x.detach().to("tpu").requires_grad_()
+        out = compiled(xt)
+        assert_close(out, f(x), **TOL)
+        out.sum().backward()
+        f(x).sum().backward()
+        assert_close(xt.grad, x.grad, **TOL)
+    assert _graph_stats()["compilations"] - before <= 2  # (the forward and the backward, bucket 16)
+
+
 def test_dynamic_t5_causal_mask_stays_bucketed():
     # T5 builds its causal mask with repeat, which had no padding rule: one
     # compilation per length (found by an LLM probe)

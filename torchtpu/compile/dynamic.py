@@ -270,9 +270,15 @@ NEW_FACTORIES = {aten.new_zeros.default, aten.new_ones.default, aten.new_full.de
                  aten.new_empty_strided.default, aten.rand.default, aten.randn.default, aten.rand.generator,
                  aten.randn.generator, aten.randint.default, aten.randint.generator, aten.randint.low,
                  aten.randint.low_generator, aten.empty.memory_format, aten.empty_strided.default}
-# Element-wise ops lowered with the views (graph_only.py) without ATen's
-# pointwise tag: their masks combine like a pointwise op's.
-ELEMENTWISE = {aten.complex.default, aten.polar.default, aten.true_divide.Scalar}
+# Element-wise ops without ATen's pointwise tag (some lowered with the views,
+# graph_only.py): their masks combine like a pointwise op's.
+ELEMENTWISE = {
+    aten.complex.default, aten.polar.default, aten.true_divide.Scalar, aten.floor_divide.default,
+    aten.floor_divide.Scalar, aten.masked_fill.Tensor, aten.hardswish.default, aten.hardswish_backward.default,
+    aten.hardtanh_backward.default, aten.elu_backward.default, aten.softplus_backward.default,
+    aten.leaky_relu_backward.default, aten.hardsigmoid_backward.default, aten.hardshrink_backward.default,
+    aten.softshrink_backward.default, aten.mish_backward.default,
+}  # fmt: skip
 # Each output element depends only on elements at smaller-or-equal indices
 # (or its own position): padding at the end never reaches a real element.
 PREFIX_SAFE = {
@@ -801,8 +807,16 @@ class MaskRules:
         result, mask = jnp.zeros(shape, ctx.out_dtype), jnp.zeros(shape, bool)
         start = [jnp.int32(0)] * len(shape)
         for i in keep:
-            result = lax.dynamic_update_slice(result, pieces[i].astype(ctx.out_dtype), start)
-            mask = lax.dynamic_update_slice(mask, full[i], start)
+            piece, piece_mask = pieces[i], full[i]
+            size = metas[i].shape[d]
+            if self.shapes.is_padded_dim(size) and not self.shapes.is_prefix(size):
+                # (a merged B*T piece holds padding between its rows: its
+                # real elements moved first, in order, before it is placed)
+                order = jnp.argsort(~piece_mask, axis=d, stable=True)
+                piece = jnp.take_along_axis(piece, order, axis=d)
+                piece_mask = jnp.take_along_axis(piece_mask, order, axis=d)
+            result = lax.dynamic_update_slice(result, piece.astype(ctx.out_dtype), start)
+            mask = lax.dynamic_update_slice(mask, piece_mask, start)
             start[d] = start[d] + jnp.asarray(self.shapes.true_value(metas[i].shape[d]), jnp.int32)
         return result, [mask]
 
