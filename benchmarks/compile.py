@@ -12,7 +12,7 @@ with AdamW(fused=True) (the update one eager kernel), the fused one again
 with PyTorch's caching precompile (TORCH_CACHING_PRECOMPILE=1, the first
 process saving with torch.compiler.save_cache_artifacts(): the warm process
 skips dynamo's and AOTAutograd's tracing), the whole step compiled (the
-loss with the model, the fused AdamW step a compiled function), torchtpu eager, a
+loss with the model, the foreach AdamW step a compiled function), torchtpu eager, a
 hand-written `jax.jit` of the same functional model (value_and_grad + the
 same AdamW update, parameters donated), torch CPU eager, and
 torch.compile(backend="inductor") on CPU.  JAX runs on its CPU platform."""
@@ -81,15 +81,17 @@ def torch_stepper(model_name, mode):
     model, (x, y) = _make(model_name)
     model = model.to(device)
     x, y = x.to(device), y.to(device)
-    fused = "_fused" in mode or mode == "tpu_compiled_step"  # AdamW(fused=True): one kernel for the update
+    fused = "_fused" in mode  # AdamW(fused=True): one kernel for the update
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
                             foreach=not fused, fused=fused or None)
     fwd = model
     step_fn = opt.step
     if mode == "tpu_compiled_step":
         # The whole step compiled, as the jax.jit version is: the loss in
-        # the model's graphs, the fused AdamW update a graph of its own
-        # (loss.backward() between them is dynamo's graph break).
+        # the model's graphs, the AdamW update a graph of its own
+        # (loss.backward() between them is dynamo's graph break).  The
+        # foreach update: PyTorch never compiles the fused one
+        # (torch.compiler.disable on _fused_adamw: it would run eagerly).
         loss_fn = torch.compile(functools.partial(_torch_loss, model_name, model), backend="tpu")
         step_fn = torch.compile(opt.step, backend="tpu")
 
@@ -293,7 +295,7 @@ LABELS = {
     "tpu_compiled": "torchtpu compiled",
     "tpu_compiled_fused": "torchtpu compiled, AdamW(fused=True)",
     "tpu_compiled_fused_precompile": "torchtpu compiled, AdamW(fused=True), caching precompile",
-    "tpu_compiled_step": "torchtpu compiled loss + AdamW(fused=True) step",
+    "tpu_compiled_step": "torchtpu compiled loss + compiled AdamW step",
     "tpu_eager": "torchtpu eager",
     "jax": "hand-written jax.jit",
     "cpu_eager": "torch CPU eager",
