@@ -34,7 +34,7 @@ log = logging.getLogger("torchtpu.compile")
 
 class _Executable:
     __slots__ = ("jitted", "donated", "input_slots", "fresh", "writes", "sigs", "checks", "arg_sources", "host_writes",
-                 "host_outputs", "host_updated")
+                 "host_outputs")
 
 
 class CompiledGraph(DynamicCalls):
@@ -118,7 +118,7 @@ class CompiledGraph(DynamicCalls):
         if self.graph.random:
             flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
         results = exe.jitted(*flat)
-        host_values = self.host_updates.run(args) if exe.host_updated else ()
+        updated = self.host_updates.run(args)  # (before any write-back: from the old values)
         if exe.checks is not None:
             checks.pending.append((results[-1], exe.checks))
             checks.maybe_fold()
@@ -137,7 +137,7 @@ class CompiledGraph(DynamicCalls):
             address = call.addresses[ref]
             if address and result is not None:
                 boxes.boxes[address] = (result, sig)
-        for index, value in zip(self.host_updates.indices, host_values):
+        for index, value in zip(self.host_updates.indices, updated):
             args[index].copy_(value)
         outputs = []
         for kind, ref in exe.arg_sources:
@@ -194,7 +194,6 @@ class CompiledGraph(DynamicCalls):
 
         written_slots, written_back = self._written_slots(args, call)
         # (the new values of host inputs the host computes are not returned: copying them back waits for the device)
-        exe.host_updated = bool(self.host_updates.indices)
         exe.host_writes = [i for i in written_back if i not in self.host_updates.indices]
         table = []
 
