@@ -8,7 +8,7 @@ import warnings
 
 import torch
 
-from .dtype_names import c10_name, cpp_name
+from .dtype_names import c10_name, cpp_name, kernel_not_implemented
 from .written_checks import check_written_dtypes
 
 
@@ -190,17 +190,13 @@ def _alpha_check(sch, values):
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
-def _not_implemented(kernel_name, dtype):
-    return NotImplementedError(f'"{kernel_name}" not implemented for \'{c10_name(dtype)}\'')
-
-
 def _floating_kernel(kernel_name):
     # ATen's kernel has no integer version; the meta (a _refs function)
     # raises a ValueError about the Scalar instead
     def check(sch, values):
         t = values[0]
         if isinstance(t, torch.Tensor) and not (t.dtype.is_floating_point or t.dtype.is_complex):
-            raise _not_implemented(kernel_name, t.dtype)
+            raise kernel_not_implemented(kernel_name, t.dtype)
 
     return check
 
@@ -211,7 +207,7 @@ def _real_floating_kernel(kernel_name):
     def check(sch, values):
         dtype = torch.result_type(*values[:2])
         if not dtype.is_floating_point:
-            raise _not_implemented(kernel_name, dtype)
+            raise kernel_not_implemented(kernel_name, dtype)
 
     return check
 
@@ -246,7 +242,7 @@ def _real_kernel(kernel_name):
     def check(sch, values):
         dtype = torch.result_type(*values[:2])
         if dtype.is_complex:
-            raise _not_implemented(kernel_name, dtype)
+            raise kernel_not_implemented(kernel_name, dtype)
 
     return check
 
@@ -319,7 +315,7 @@ def _no_complex(error):
 
 
 def _complex_kernel_missing(kernel_name):
-    return _no_complex(lambda dtype: _not_implemented(kernel_name, dtype))
+    return _no_complex(lambda dtype: kernel_not_implemented(kernel_name, dtype))
 
 
 def _complex_unsupported(message, error=NotImplementedError):
@@ -399,7 +395,7 @@ def _degrees_of_freedom(sch, values):
 def _trace_dtype(sch, values):
     # ATen's trace kernel has no bool or wide unsigned version
     if values[0].dtype in (torch.bool, torch.uint16, torch.uint32, torch.uint64):
-        raise _not_implemented("trace", values[0].dtype)
+        raise kernel_not_implemented("trace", values[0].dtype)
 
 
 def _multinomial_rank(sch, values):
@@ -467,7 +463,7 @@ def _nll_target_dtype(target):
 def _nll_kernel_dtypes(kernel_name, self, weight):
     # ATen's kernels: floating inputs only, a weight of the input's dtype
     if not self.dtype.is_floating_point:
-        raise _not_implemented(kernel_name, self.dtype)
+        raise kernel_not_implemented(kernel_name, self.dtype)
     if weight is not None and weight.dtype != self.dtype:
         raise RuntimeError(f"expected scalar type {c10_name(self.dtype)} but found {c10_name(weight.dtype)}")
 
@@ -547,7 +543,7 @@ def _pad_kernel(kernel_name):
     # meta kernels take bool, or name the dtype as torch.bool)
     def check(sch, values):
         if values[0].dtype == torch.bool:
-            raise _not_implemented(kernel_name, torch.bool)
+            raise kernel_not_implemented(kernel_name, torch.bool)
 
     return check
 

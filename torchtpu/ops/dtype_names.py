@@ -32,6 +32,17 @@ def c10_name(dtype):
     return C10_NAMES.get(dtype, str(dtype))
 
 
+def kernel_not_implemented(kernel_name, dtype):
+    """ATen's dispatch error for a dtype a kernel has no version for."""
+    return NotImplementedError(f'"{kernel_name}" not implemented for \'{c10_name(dtype)}\'')
+
+
+def found_dtype_error(got, expected):
+    """TensorIterator's error for an operand of another dtype (ops built
+    without type promotion)."""
+    return RuntimeError(f"Found dtype {c10_name(got)} but expected {c10_name(expected)}")
+
+
 def cpp_name(dtype):
     """C++'s name of a torch dtype: 'float', 'long int', ..."""
     return CPP_NAMES.get(dtype, str(dtype))

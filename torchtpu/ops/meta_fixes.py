@@ -5,7 +5,7 @@ The checks that make bad calls raise as on the CPU are in aten_checks.py."""
 
 import torch
 
-from .dtype_names import c10_name
+from .dtype_names import c10_name, found_dtype_error
 from .warn_once import warn_once
 
 
@@ -90,7 +90,7 @@ def _abs_out(self, *, out):
     if not (self.is_complex() and out.is_complex()):
         return torch.ops.aten.abs.out(self, out=out)
     if out.dtype != self.dtype:
-        raise RuntimeError(f"Found dtype {c10_name(out.dtype)} but expected {c10_name(self.dtype)}")
+        raise found_dtype_error(out.dtype, self.dtype)
     if out.shape != self.shape:
         out.resize_(self.shape)
     return out

@@ -20,8 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import aten_checks
-from ..dtype_names import c10_name
+from ..dtype_names import c10_name, cpp_name, kernel_not_implemented
 from ..registry import lower
 from ..schema import schema_of
 from ..special import special
@@ -53,9 +52,9 @@ def _materialize(t):
 
 def _to_out(out, result, dtype_error):
     """Write a data-dependent result to out=; these ATen kernels never cast
-    (`dtype_error(result dtype name, out dtype name)` is their message)."""
+    (`dtype_error(result dtype, out dtype)` is their message)."""
     if out.dtype != result.dtype:
-        raise RuntimeError(dtype_error(c10_name(result.dtype), c10_name(out.dtype)))
+        raise RuntimeError(dtype_error(result.dtype, out.dtype))
     out.resize_(result.shape)
     out.copy_(result)
     return out
@@ -115,8 +114,8 @@ def nonzero(self):
 @special(aten.nonzero.out)
 def nonzero_out(self, *, out):
     return _to_out(out, nonzero_tensor(self),
-                   lambda want, got: f"nonzero: Expected out tensor to have scalar type {want} but got scalar "
-                                     f"type{got}")
+                   lambda want, got: f"nonzero: Expected out tensor to have scalar type {c10_name(want)} but got "
+                                     f"scalar type{c10_name(got)}")
 
 
 @lower(aten.nonzero_static.default, aten.nonzero_static.out)
@@ -496,7 +495,7 @@ def _bincount_dtype(weights):
 @special(aten.bincount.default)
 def bincount(self, weights=None, minlength=0):
     if self.dtype.is_floating_point or self.dtype.is_complex or self.dtype == torch.bool:
-        raise aten_checks._not_implemented("bincount_cpu", self.dtype)  # (ATen's integral-type dispatch)
+        raise kernel_not_implemented("bincount_cpu", self.dtype)  # (ATen's integral-type dispatch)
     if self.dim() != 1:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
@@ -562,14 +561,8 @@ def repeat_interleave(repeats, output_size=None):
 @special(aten.repeat_interleave.Tensor_out)
 def repeat_interleave_out(repeats, *, output_size=None, out):
     return _to_out(out, repeat_interleave_tensor(repeats, output_size),
-                   lambda want, got: f"Expected out tensor to have dtype {_cpp_name(want)}, but got "
-                                     f"{_cpp_name(got)} instead")
-
-
-def _cpp_name(c10_name):
-    """The C++ type name some ATen messages print (typeid names)."""
-    return {"Long": "long int", "Int": "int", "Short": "short int", "Char": "signed char", "Byte": "unsigned char",
-            "Float": "float", "Double": "double", "Bool": "bool"}.get(c10_name, c10_name)
+                   lambda want, got: f"Expected out tensor to have dtype {cpp_name(want)}, but got "
+                                     f"{cpp_name(got)} instead")
 
 
 # ------------------------------------------------------------ equal

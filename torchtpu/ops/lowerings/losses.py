@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from ..dtype_names import c10_name
+from ..dtype_names import c10_name, found_dtype_error, kernel_not_implemented
 from ..registry import lower
 from .common import acc_dtype
 
@@ -44,7 +44,7 @@ def _floating_kernel(ctx, kernel, integers=False):
     integers too); the meta kernels take integers and complex."""
     dtype = ctx.out_meta[0].dtype
     if dtype.is_complex or not (dtype.is_floating_point or integers):
-        raise NotImplementedError(f'"{kernel}" not implemented for \'{c10_name(dtype)}\'')
+        raise kernel_not_implemented(kernel, dtype)
 
 
 def _same_dtypes(ctx, *indices):
@@ -52,7 +52,7 @@ def _same_dtypes(ctx, *indices):
     dtypes = [ctx.meta_args[i].dtype for i in indices]
     for dtype in dtypes[1:]:
         if dtype != dtypes[0]:
-            raise RuntimeError(f"Found dtype {c10_name(dtype)} but expected {c10_name(dtypes[0])}")
+            raise found_dtype_error(dtype, dtypes[0])
 
 
 def _operands(ctx, *xs):

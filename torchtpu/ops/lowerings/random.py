@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..aten_checks import c10_name
+from ..dtype_names import c10_name, found_dtype_error, kernel_not_implemented
 from ..registry import lower, lower_view
 
 
@@ -44,7 +44,7 @@ def _compute(dtype):
 def _check_floating(op_name, dtype):
     """ATen's dispatch error for a kernel with floating types only (a JAX or torch dtype)."""
     if not (dtype.is_floating_point if isinstance(dtype, torch.dtype) else _is_float(dtype)):
-        raise NotImplementedError(f'"{op_name}" not implemented for \'{c10_name(dtype)}\'')
+        raise kernel_not_implemented(op_name, dtype)
 
 
 def _unit(key, shape, dtype):
@@ -328,7 +328,7 @@ def _binomial_meta(count, prob, generator=None):
     if not prob.dtype.is_floating_point:
         raise ValueError(f"binomial only supports floating-point dtypes for prob, got: {c10_name(prob.dtype)}")
     if prob.dtype != count.dtype:
-        raise RuntimeError(f"Found dtype {c10_name(prob.dtype)} but expected {c10_name(count.dtype)}")
+        raise found_dtype_error(prob.dtype, count.dtype)
     shape = torch._C._infer_size(count.shape, prob.shape)  # (ATen's message when they do not broadcast)
     return torch.empty(shape, dtype=count.dtype, device="meta")
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..aten_checks import c10_name
+from ..dtype_names import found_dtype_error
 from ..registry import lower
 from .random import _check_floating, _compute
 
@@ -26,7 +26,7 @@ aten = torch.ops.aten
 def _same_floating_dtype(kernel_name, expected, *others):
     for t in others:
         if t.dtype != expected.dtype:
-            raise RuntimeError(f"Found dtype {c10_name(t.dtype)} but expected {c10_name(expected.dtype)}")
+            raise found_dtype_error(t.dtype, expected.dtype)
     _check_floating(kernel_name, expected.dtype)
 
 
