@@ -244,3 +244,49 @@ def test_clip_grad_norm_foreach():
         return norm, [p.grad for p in params]
 
     check(clip, grads)
+
+
+FOREACH_WRITES = [
+    ("add_", lambda a, b: torch._foreach_add_(a, 1.5)),
+    ("mul_.List", lambda a, b: torch._foreach_mul_(a, b)),
+    ("addcmul_", lambda a, b: torch._foreach_addcmul_(a, b, b, value=0.5)),
+    ("exp_", lambda a, b: torch._foreach_exp_(a)),
+    ("zero_", lambda a, b: torch._foreach_zero_(a)),
+    ("copy_", lambda a, b: torch._foreach_copy_(a, b)),
+    ("lerp_", lambda a, b: torch._foreach_lerp_(a, b, 0.3)),
+    ("add.Scalar_out", lambda a, b: torch.ops.aten._foreach_add.Scalar_out(b, 2.0, out=a)),
+]
+
+
+@pytest.mark.parametrize("name,op", FOREACH_WRITES, ids=[n for n, _ in FOREACH_WRITES])
+def test_written_lists_bump_version_counters_as_on_cpu(name, op):
+    """Foreach ops have no ADInplaceOrView kernel: unless the kernel bumps
+    the lists it writes, autograd misses the write and a saved tensor's
+    change gives a silently wrong gradient instead of its error."""
+    bumps = {}
+    for device in ("cpu", TPU):
+        a, b = [t.to(device) for t in tensors()], [t.to(device) for t in tensors(seed=5)]
+        before = [t._version for t in a + b]
+        op(a, b)
+        bumps[device] = [t._version - v for t, v in zip(a + b, before)]
+    assert bumps[TPU] == bumps["cpu"]
+    assert all(n == 1 for n in bumps[TPU][: len(SHAPES)])
+
+    errors = {}
+    for device in ("cpu", TPU):
+        w = torch.ones(3, device=device, requires_grad=True)
+        saved = (w * 1).exp()  # exp's backward reads its result
+        with pytest.raises(RuntimeError) as error:  # ("modified by an inplace operation", mostly)
+            op([saved], [torch.ones(3, device=device)])
+            saved.sum().backward()
+        errors[device] = str(error.value).split(":")[0]  # (before the tensor's type name)
+    assert errors[TPU] == errors["cpu"]
+
+
+def test_optimizer_foreach_step_bumps_parameter_versions():
+    p = torch.nn.Parameter(torch.ones(4, device=TPU))
+    opt = torch.optim.Adam([p], foreach=True)
+    p.grad = torch.ones(4, device=TPU)
+    before = p._version
+    opt.step()
+    assert p._version == before + 1
