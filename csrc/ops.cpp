@@ -11,6 +11,7 @@
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/is_set_to_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -209,6 +210,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_storage_);
   m.impl("set_.source_Tensor", set_tensor_);
   m.impl("set_", set_empty_);
+  // ATen's own (CPU's and CUDA's): compares storages and geometry.  Run on
+  // CPU copies, as the fallback would, it saw two storages and said False.
+  m.impl("is_set_to", TORCH_FN(at::native::is_set_to));
 }
 
 }  // namespace

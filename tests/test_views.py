@@ -183,6 +183,16 @@ def test_storage_shared_between_views():
     assert x.cpu().eq(2).all()
 
 
+def test_is_set_to_sees_the_same_storage_and_geometry():
+    def program(x):
+        y = torch.empty(0, device=x.device).set_(x)
+        views = (x, x.view(12), x[1:], y, x.t(), x.clone(), x.reshape(3, 4))
+        return [v.is_set_to(x) for v in views]
+
+    x = torch.arange(12.0).reshape(3, 4)
+    assert program(x.to(TPU)) == program(x) == [True, False, False, True, False, False, True]
+
+
 def test_storage_offset_and_strides_match_cpu():
     base_cpu = torch.zeros(6, 7, 8)
     base_tpu = base_cpu.to(TPU)
