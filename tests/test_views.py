@@ -247,6 +247,50 @@ def test_write_to_expanded_errors_like_cpu():
         torch.zeros(1, 4, device=TPU).expand(3, 4).add_(1)
 
 
+def _idx(x):
+    return torch.tensor([0, 1, 2], device=x.device)
+
+
+OVERLAPPING_WRITES = {
+    "where": lambda x: torch.where(x > 4, x.t(), x, out=x),
+    "gelu": lambda x: torch.ops.aten.gelu.out(x.t(), out=x),
+    "hardtanh": lambda x: torch.ops.aten.hardtanh.out(x.t(), out=x),
+    "leaky_relu": lambda x: torch.ops.aten.leaky_relu.out(x.t(), out=x),
+    "softplus": lambda x: torch.ops.aten.softplus.out(x.t(), out=x),
+    "floor_divide": lambda x: torch.floor_divide(x.t(), 2, out=x),
+    "index_add_": lambda x: x.index_add_(0, _idx(x), x.t()),
+    "index_add_-self": lambda x: x.index_add_(0, _idx(x), x),
+    "index_copy_": lambda x: x.index_copy_(0, _idx(x), x.t()),
+    "scatter_": lambda x: x.scatter_(0, _idx(x).expand(3, 3).contiguous(), x.t()),
+    "scatter_add_": lambda x: x.scatter_add_(0, _idx(x).expand(3, 3).contiguous(), x.t()),
+    "put_": lambda x: x.put_(_idx(x), x.view(-1)[3:6]),
+    "take": lambda x: torch.take(x, _idx(x)[:2], out=x.view(-1)[3:5]),
+    "stack": lambda x: torch.stack([x[0]], out=x[:1]),
+}
+SAME_ELEMENTS_WRITES = {  # (allowed: each element written is the one read)
+    "where": lambda x: torch.where(x > 4, x, torch.zeros(3, device=x.device), out=x),
+    "gelu_": lambda x: torch.ops.aten.gelu_(x),
+    "hardtanh_": lambda x: torch.nn.functional.hardtanh_(x),
+    "floor_divide_": lambda x: x.floor_divide_(2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAPPING_WRITES))
+def test_writes_overlapping_their_inputs_raise_as_on_cpu(name):
+    """ATen's overlap asserts of TensorIterator kernels without the pointwise
+    tag, of stack and of the scatters and gathers: writing memory the op is
+    still reading is refused, not computed in some order."""
+    for device in ("cpu", TPU):
+        x = torch.arange(9.0, device=device).reshape(3, 3)
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            OVERLAPPING_WRITES[name](x)
+
+
+@pytest.mark.parametrize("name", sorted(SAME_ELEMENTS_WRITES))
+def test_writes_reading_the_same_elements_run(name):
+    run_case(SAME_ELEMENTS_WRITES[name], lambda: torch.arange(9.0).reshape(3, 3) - 4)
+
+
 def test_partial_write_then_read_of_empty():
     x = torch.empty(3, 4, device=TPU)
     x[1] = 5

@@ -56,13 +56,26 @@ def _check_internal_overlap(sch, values):
 # written in place) and inputs: any shared element (cat, index_select,
 # gather, index_put_'s values and indices), or a partial overlap only (the
 # scans, as TensorIterator ops)
-_OUT_NO_OVERLAP = {"aten::cat", "aten::index_select", "aten::gather", "aten::index_put_", "aten::_index_put_impl_"}
-_OUT_NO_PARTIAL_OVERLAP = {"aten::cumsum", "aten::cumprod", "aten::logcumsumexp", "aten::copy_"}
+_OUT_NO_OVERLAP = {
+    "aten::cat", "aten::stack", "aten::index_select", "aten::gather", "aten::take", "aten::index_put_",
+    "aten::_index_put_impl_", "aten::index_add", "aten::index_add_", "aten::index_copy", "aten::index_copy_",
+    "aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_", "aten::put", "aten::put_",
+}  # fmt: skip
+_OUT_NO_PARTIAL_OVERLAP = {
+    "aten::cumsum", "aten::cumprod", "aten::logcumsumexp", "aten::copy_",
+    # TensorIterator kernels without ATen's pointwise tag
+    "aten::where", "aten::floor_divide", "aten::floor_divide_", "aten::gelu", "aten::gelu_", "aten::hardtanh",
+    "aten::hardtanh_", "aten::leaky_relu", "aten::leaky_relu_", "aten::elu", "aten::elu_", "aten::softplus",
+    "aten::mish", "aten::mish_", "aten::hardswish", "aten::hardswish_", "aten::hardsigmoid", "aten::hardsigmoid_",
+    "aten::hardshrink", "aten::softshrink", "aten::gelu_backward", "aten::hardtanh_backward", "aten::elu_backward",
+    "aten::softplus_backward", "aten::leaky_relu_backward", "aten::hardsigmoid_backward",
+    "aten::hardswish_backward", "aten::hardshrink_backward", "aten::softshrink_backward",
+}  # fmt: skip
 
 
 def _check_overlap(sch, values):
     """ATen's assert_no_partial_overlap (TensorIterator ops: pointwise ops,
-    copy_, the scans) or assert_no_overlap (cat, index_select, gather)
+    copy_, the scans) or assert_no_overlap (cat, stack, the gathers and scatters)
     between what an op writes and what it reads, skipped by meta kernels:
     reading memory being written, other than the very elements written
     (same range, same strides) for the former, is an error on CPU/CUDA.
