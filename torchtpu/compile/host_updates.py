@@ -18,11 +18,12 @@ aten = torch.ops.aten
 
 class HostUpdates:
     """`indices`: the mutated placeholders whose new value is computed on the
-    host; `run(args)`: those values, from the call's (old) arguments."""
+    host; `run(args)`: those values, from the call's (old) arguments;
+    `write(args, values)`: puts them into the arguments."""
 
     def __init__(self, gm, placeholders, mutated):
         self.indices = []
-        self._module = None
+        self._forward = None
         values = {n.args[0]: n.args[1] for n in gm.graph.nodes
                   if n.op == "call_function" and n.target is aten.copy_.default}
         chosen = []
@@ -32,10 +33,16 @@ class HostUpdates:
                 self.indices.append(index)
                 chosen.append(value)
         if chosen:
-            self._module = _subgraph(gm, placeholders, chosen)
+            # (its generated code, called without nn.Module's call machinery:
+            # this runs on every call of a compiled optimizer step)
+            self._forward = _subgraph(gm, placeholders, chosen).forward
 
     def run(self, args):
-        return self._module(*args) if self._module is not None else ()
+        return self._forward(*args) if self._forward is not None else ()
+
+    def write(self, args, values):
+        if values:  # (one call: an optimizer's step counts are one scalar per parameter)
+            torch._foreach_copy_([args[i] for i in self.indices], list(values))
 
 
 def _on_host(node):

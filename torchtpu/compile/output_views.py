@@ -91,7 +91,7 @@ class Replay:
     out once, at build time (a training step's forward returns a dozen such
     views -- the weights' transposes -- on every call)."""
 
-    __slots__ = ("root", "stands_for", "chain", "arg_index", "out_index", "reads")
+    __slots__ = ("root", "stands_for", "chain", "arg_index", "out_index", "reads", "steps")
 
     def __init__(self, view, placeholders, out_nodes):
         self.root, self.stands_for, self.chain = view
@@ -103,15 +103,41 @@ class Replay:
         for n in self.chain:
             torch.fx.node.map_arg((n.args, n.kwargs), used.append)
         self.reads = [(p, placeholders.index(p)) for p in dict.fromkeys(used) if p in placeholders]
+        self.steps = _single_steps(self.chain, self.root, self.stands_for, self.reads)
 
     def __call__(self, args, outputs):
         base = args[self.arg_index] if self.arg_index is not None else outputs[self.out_index]
+        if self.steps is not None:
+            # (the usual chain: view ops on the root with constant arguments)
+            for target, rest in self.steps:
+                base = target(base, *rest)
+            return base
         env = {p: args[i] for p, i in self.reads}
         env[self.root] = env[self.stands_for] = base
         for n in self.chain:
             call_args, call_kwargs = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
             env[n] = n.target(*call_args, **call_kwargs)
         return env[self.chain[-1]]
+
+
+def _single_steps(chain, root, stands_for, reads):
+    """The chain as (op, constant arguments after the first) steps, each
+    taking the previous result first, when it is that simple (no size
+    arithmetic, no other input read, no keyword arguments); else None."""
+    if any(p is not root for p, _ in reads):
+        return None
+    steps = []
+    previous = (root, stands_for)
+    for n in chain:
+        if n.kwargs or not n.args or all(n.args[0] is not p for p in previous):
+            return None
+        used = []
+        torch.fx.node.map_arg(n.args[1:], used.append)
+        if used:
+            return None
+        steps.append((n.target, tuple(n.args[1:])))
+        previous = (n,)
+    return steps
 
 
 def returned_view(node, placeholders, out_nodes):

@@ -137,8 +137,7 @@ class CompiledGraph(DynamicCalls):
             address = call.addresses[ref]
             if address and result is not None:
                 boxes.boxes[address] = (result, sig)
-        for index, value in zip(self.host_updates.indices, updated):
-            args[index].copy_(value)
+        self.host_updates.write(args, updated)
         outputs = []
         for kind, ref in exe.arg_sources:
             if kind == "fresh":
