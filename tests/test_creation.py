@@ -323,3 +323,15 @@ def test_fft_out_variants_after_dtype_checks():
     same(make(lambda x, out: torch.fft.irfft(torch.fft.rfft(x), out=out), torch.float32))
     z = torch.randn(4, 6, dtype=torch.complex64)
     _raises_like_cpu(lambda x: torch.fft.ihfft2(x, out=torch.empty(0, dtype=torch.complex64, device=x.device)), z)
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: torch.empty(2, **kw), lambda **kw: torch.zeros(2, **kw), lambda **kw: torch.ones(2, 3, **kw),
+    lambda **kw: torch.full((2,), 3.0, **kw), lambda **kw: torch.arange(3.0, **kw), lambda **kw: torch.eye(2, **kw),
+], ids=["empty", "zeros", "ones", "full", "arange", "eye"])
+def test_pinned_tpu_factories_raise_as_cuda(make):
+    """pin_memory=True is for CPU tensors: CUDA's factories refuse it for a
+    device tensor, whichever factory it is."""
+    with pytest.raises(RuntimeError, match="Only dense CPU tensors can be pinned"):
+        make(device=TPU, pin_memory=True)
+    assert make(device=TPU, pin_memory=False).device.type == "tpu"

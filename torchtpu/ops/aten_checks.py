@@ -20,6 +20,10 @@ def before_meta(sch, values, padded=False):
     check = _BEFORE_META.get(sch.op._schema.name)
     if check is not None and not (padded and check in _RELATING_SIZES):
         check(sch, values)
+    pinned = sch.name_to_index.get("pin_memory")
+    if pinned is not None and values[pinned]:
+        # (a factory making a tpu tensor: CUDA's empty raises this for zeros, ones, full, ... alike)
+        raise RuntimeError("Only dense CPU tensors can be pinned")
     if torch.Tag.pointwise in sch.op.tags:
         _broadcast_operands(sch, values, padded)
         check_written_dtypes(sch, values)
