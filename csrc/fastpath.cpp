@@ -66,6 +66,12 @@ struct OpInfo {
   // Views at an offset read at a traced index (ops/row_offsets.py); off
   // for ops whose outputs sit at an input's offset.
   bool trace_offsets = true;
+  // The tensor lists a foreach op writes (its in-place `self` or its
+  // `out=`).  Foreach ops have no ADInplaceOrView kernel, the one that bumps
+  // an in-place op's version counter for autograd's "modified by an inplace
+  // operation" check, so the backend bumps them itself, as CUDA's foreach
+  // kernels do (CPU's run per-tensor in-place ops, which bump too).
+  std::vector<size_t> foreach_written_lists;
 };
 
 // A box signature's layout (ops/row_offsets.py::box_layout).
@@ -521,6 +527,15 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
     e.restore();
     rethrow_python();
   }
+  if (schema->name().rfind("aten::_foreach_", 0) == 0) {
+    const auto& arguments = schema->arguments();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const auto* alias = arguments[i].alias_info();
+      if (alias != nullptr && alias->isWrite() && arguments[i].type()->kind() == c10::TypeKind::ListType) {
+        info->foreach_written_lists.push_back(i);
+      }
+    }
+  }
   return *s->ops.emplace(schema, std::move(info)).first->second;
 }
 
@@ -790,58 +805,33 @@ void run_spec(
   }
 }
 
-// The positions of the tensor lists a foreach op writes (its in-place
-// `self` or its `out=`).  Foreach ops have no ADInplaceOrView kernel, the one
-// that bumps an in-place op's version counter for autograd's "modified by an
-// inplace operation" check, so the backend bumps them itself, as CUDA's
-// foreach kernels do (CPU's run per-tensor in-place ops, which bump too).
-const std::vector<size_t>& foreach_written_lists(const c10::OperatorHandle& op) {
-  static std::unordered_map<const c10::FunctionSchema*, std::vector<size_t>> cache;  // (under the GIL)
-  const c10::FunctionSchema& schema = op.schema();
-  auto it = cache.find(&schema);
-  if (it != cache.end()) {
-    return it->second;
-  }
-  std::vector<size_t> written;
-  if (schema.name().rfind("aten::_foreach_", 0) == 0) {
-    const auto& arguments = schema.arguments();
-    for (size_t i = 0; i < arguments.size(); ++i) {
-      const auto* alias = arguments[i].alias_info();
-      if (alias != nullptr && alias->isWrite() && arguments[i].type()->kind() == c10::TypeKind::ListType) {
-        written.push_back(i);
-      }
-    }
-  }
-  return cache.emplace(&schema, std::move(written)).first->second;
-}
-
-void run_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void run_kernel(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack);
 
 void tpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
-  const std::vector<size_t>& written = foreach_written_lists(op);
-  if (written.empty()) {
-    run_kernel(op, stack);
+  State* s = state();
+  TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
+  drain_boxes();
+  const OpInfo& info = op_info(op);
+  if (info.foreach_written_lists.empty()) {
+    run_kernel(op, info, stack);
     return;
   }
   const size_t n = op.schema().arguments().size();
   std::vector<at::Tensor> bumped;
-  for (size_t i : written) {
+  for (size_t i : info.foreach_written_lists) {
     for (const at::Tensor& t : (stack->end() - static_cast<std::ptrdiff_t>(n - i))->toTensorVector()) {
       bumped.push_back(t);
     }
   }
-  run_kernel(op, stack);
+  run_kernel(op, info, stack);
   for (const at::Tensor& t : bumped) {  // (after the kernel: a call that raises bumps nothing)
     t.unsafeGetTensorImpl()->bump_version();
   }
 }
 
-void run_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void run_kernel(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack) {
   State* s = state();
-  TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
-  drain_boxes();
-  const OpInfo& info = op_info(op);
   if (!info.fast) {
     slow_path(op, stack, nullptr);
     return;
