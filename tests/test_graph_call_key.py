@@ -102,3 +102,42 @@ def test_compiled_graph_reads_each_call_at_its_own_offset_and_alias():
         got = compiled(base[i], base[j])
         torch.testing.assert_close(got.cpu(), f(base_cpu[i], base_cpu[j]))
     assert torchtpu.compile_stats()["hits"] > before  # repeated signatures are served from the cache
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiled_graph_takes_cpu_scalars_of_mixed_dtypes_by_value(dynamic):
+    # The CPU scalars reach the executable packed, one array per dtype
+    # (graph_inputs.ScalarPacking): each must still come out in its place.
+    def f(x, a, b, c, i, j, h, k, d, flag, other):
+        y = x * a + b - c * i + j + h.float() * k.float() + d
+        return torch.where(flag, y, -y) * torch.where(other, 2.0, 3.0), a + 1, i * j
+
+    compiled = torch.compile(f, backend="tpu", dynamic=dynamic)
+    g = torch.Generator().manual_seed(0)
+    for n in (5, 5, 9, 5):
+        x_cpu = torch.randn(n, generator=g)
+        scalars = [torch.randn((), generator=g) for _ in range(3)]
+        scalars += [torch.randint(-5, 5, (), generator=g) for _ in range(2)]
+        scalars += [torch.randn((), generator=g).to(torch.bfloat16) for _ in range(2)]
+        scalars += [torch.randn((), generator=g, dtype=torch.float64)]
+        scalars += [torch.rand((), generator=g) > 0.5, torch.rand((), generator=g) > 0.5]
+        got = compiled(x_cpu.to("tpu"), *scalars)
+        want = f(x_cpu, *scalars)
+        for w, o in zip(want, got):
+            assert o.dtype == w.dtype
+            torch.testing.assert_close(o.cpu(), w)
+
+
+def test_scalar_packing_round_trips_each_value_in_place():
+    import jax
+
+    from torchtpu.compile.graph_inputs import ScalarPacking
+
+    dyn = [np.asarray(1.5, np.float32), 7, np.asarray(2, np.int64), np.asarray(-2.5, np.float32),
+           np.arange(3.0), np.asarray(9, np.int64), np.asarray(0.25, np.float32)]
+    packing = ScalarPacking(dyn)
+    assert packing.width == 4  # a float32 array, an int64 array, the int, the non-scalar array
+    unpacked = jax.jit(lambda *a: packing.unpack(a))(*packing.pack(dyn))
+    for want, got in zip(dyn, unpacked):
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -19,13 +19,13 @@ from ..runtime.dtypes import to_jax, torch_to_numpy
 from ..runtime.gc_pause import gc_paused
 from . import output_views, storages
 from .dynamic import Shapes, Unpaddable, merged_layouts
-from .graph_inputs import argument_key, host_values, rng_words, tensor_key
+from .graph_inputs import ScalarPacking, argument_key, host_values, rng_words, tensor_key
 
 log = logging.getLogger("torchtpu.compile")
 
 class _DynamicExecutable:
     __slots__ = ("jitted", "input_slots", "checks", "arg_sources", "out_masks", "written_slots", "written_back",
-                 "donated", "first_write", "sigs")
+                 "donated", "first_write", "sigs", "packing")
 
 
 class _DynamicInputs:
@@ -203,7 +203,7 @@ class DynamicCalls:
                 return self._call_dynamic(args, draws)
         if fast is not None:
             self.by_fast_key[fast_key] = exe
-        flat = storages.input_arrays(exe.input_slots, exe.donated, call) + padded + list(call.dyn)
+        flat = storages.input_arrays(exe.input_slots, exe.donated, call) + padded + exe.packing.pack(call.dyn)
         flat += [np.int64(shapes.true[s]) for s in inputs.symbols]
         if graph.random:
             flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
@@ -280,6 +280,7 @@ class DynamicCalls:
         exe.written_slots, exe.written_back = self._written_slots(args, call, copied=set(padded_positions))
         exe.input_slots = [s for s, e in enumerate(call.entries) if e is not None]
         n_in = len(exe.input_slots)
+        packing = exe.packing = ScalarPacking(call.dyn)
         symbols = self.dynamic_inputs.symbols
         placeholders = {p: i for i, p in enumerate(graph.placeholders)}
         exe.arg_sources = []
@@ -309,9 +310,8 @@ class DynamicCalls:
             pos = n_in
             padded = dict(zip(padded_positions, flat[pos : pos + len(padded_positions)]))
             pos += len(padded_positions)
-            n_dyn = len(call.dyn)
-            dyn = flat[pos : pos + n_dyn]
-            pos += n_dyn
+            dyn = packing.unpack(flat[pos : pos + packing.width])
+            pos += packing.width
             true = dict(zip(symbols, flat[pos : pos + len(symbols)]))
             pos += len(symbols)
             rng = tuple(flat[pos : pos + 4]) if graph.random else None
@@ -353,7 +353,7 @@ class DynamicCalls:
             jax.ShapeDtypeStruct(shapes.shape(graph.placeholders[i].meta["val"].shape), to_jax(args[i].dtype))
             for i in padded_positions
         ]
-        example += list(call.dyn) + [np.int64(shapes.true[s]) for s in symbols]
+        example += packing.pack(call.dyn) + [np.int64(shapes.true[s]) for s in symbols]
         if graph.random:
             example += [0, 0, 0, 0]
         entry = self.options.cache_entry("dynamic graph", graph, key, example, devices.jax_device(call.device))

@@ -5,6 +5,7 @@ A torch.Generator argument comes from activation checkpointing's graph-safe
 random ops (graph.GRAPHSAFE_RNG): its state advances every call, so it is an
 input -- one (seed, offset) draw per call -- never a constant."""
 
+import numpy as np
 import torch
 
 from .. import _C
@@ -50,3 +51,46 @@ def argument_key(a):
     if isinstance(a, torch.Generator):
         return ("generator", a.device.type, a.device.index)
     return static_key(a)
+
+
+class ScalarPacking:
+    """How an executable takes a call's traced values (`Call.dyn`): the CPU
+    scalar tensors among them (host_scalar: 0-d arrays) as one array per
+    dtype, the rest one argument each.  Every argument of an executable is a
+    host-to-device transfer of its own (~3 us each): a compiled optimizer
+    step's step counts, one per parameter, cost ~100 us a call unpacked.
+
+    Built from the traced values of the call that compiles the executable;
+    its later calls have the same layout (the key holds each one's dtype)."""
+
+    __slots__ = ("groups", "single", "size", "width")
+
+    def __init__(self, dyn):
+        by_dtype = {}
+        for k, value in enumerate(dyn):
+            if isinstance(value, np.ndarray) and value.ndim == 0:
+                by_dtype.setdefault(value.dtype, []).append(k)
+        self.groups = [ks for ks in by_dtype.values() if len(ks) > 1]
+        grouped = {k for ks in self.groups for k in ks}
+        self.single = [k for k in range(len(dyn)) if k not in grouped]
+        self.size = len(dyn)  # traced values
+        self.width = len(self.groups) + len(self.single)  # executable arguments they take
+
+    def pack(self, dyn):
+        """The executable's arguments for these traced values."""
+        if not self.groups:
+            return list(dyn)
+        return [np.array([dyn[k] for k in ks]) for ks in self.groups] + [dyn[k] for k in self.single]
+
+    def unpack(self, arguments):
+        """Inside the trace: the traced values, in order, from `arguments`
+        (the `width` executable arguments `pack` made)."""
+        if not self.groups:
+            return list(arguments)
+        dyn = [None] * self.size
+        for packed, ks in zip(arguments, self.groups):
+            for j, k in enumerate(ks):
+                dyn[k] = packed[j]
+        for value, k in zip(arguments[len(self.groups):], self.single):
+            dyn[k] = value
+        return dyn

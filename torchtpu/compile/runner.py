@@ -25,7 +25,7 @@ from ..runtime.dtypes import to_jax
 from ..runtime.gc_pause import gc_paused
 from . import output_views, stats, storages
 from .dynamic_runner import DynamicCalls, write_back
-from .graph_inputs import argument_key, generator_draws, host_values, rng_words, tensor_key
+from .graph_inputs import ScalarPacking, argument_key, generator_draws, host_values, rng_words, tensor_key
 from .host_updates import HostUpdates
 from .input_views import ChurningViews
 
@@ -34,7 +34,7 @@ log = logging.getLogger("torchtpu.compile")
 
 class _Executable:
     __slots__ = ("jitted", "donated", "input_slots", "fresh", "writes", "sigs", "checks", "arg_sources", "host_writes",
-                 "host_outputs")
+                 "host_outputs", "packing")
 
 
 class CompiledGraph(DynamicCalls):
@@ -114,7 +114,7 @@ class CompiledGraph(DynamicCalls):
 
     def _run(self, exe, args, call):
         flat = storages.input_arrays(exe.input_slots, exe.donated, call)
-        flat.extend(call.dyn)
+        flat.extend(exe.packing.pack(call.dyn))
         if self.graph.random:
             flat.extend(rng_words(*_C._next_rng(None, call.device, 1)))
         results = exe.jitted(*flat)
@@ -163,6 +163,7 @@ class CompiledGraph(DynamicCalls):
         exe = _Executable()
         exe.input_slots = [s for s, e in enumerate(call.entries) if e is not None]
         n_in = len(exe.input_slots)
+        packing = exe.packing = ScalarPacking(call.dyn)
         readers = self._readers(args, call)
         precision = matmul_precision()
         graph = self.graph
@@ -198,8 +199,8 @@ class CompiledGraph(DynamicCalls):
 
         def fn(*flat):
             arrays = dict(zip(exe.input_slots, flat[:n_in]))
-            rest = flat[n_in:]
-            rng = tuple(rest[-4:]) if graph.random else None
+            rng = tuple(flat[-4:]) if graph.random else None
+            rest = packing.unpack(flat[n_in : n_in + packing.width])
             inputs = [read(arrays, rest) for read in readers]
             outputs, mutations = graph(inputs, rng, precision)
             results = []
@@ -287,7 +288,7 @@ class CompiledGraph(DynamicCalls):
         return written_slots, written_back
 
     def _example_flat(self, exe, call):
-        flat = [call.entries[s][0] for s in exe.input_slots] + list(call.dyn)
+        flat = [call.entries[s][0] for s in exe.input_slots] + exe.packing.pack(call.dyn)
         if self.graph.random:
             flat.extend((0, 0, 0, 0))
         return flat
