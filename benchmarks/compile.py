@@ -146,9 +146,27 @@ def run_torch(model_name, mode, steps):
 # ---------------------------------------------------- hand-written jax.jit
 
 
-def jax_stepper(model_name):
-    """The hand-written jax.jit training step as a function returning the
-    loss (a device array)."""
+def _adamw_update(params, grads, m, v, t):
+    """The same AdamW update as torch.optim.AdamW's, on dicts of arrays."""
+    import jax.numpy as jnp
+
+    t = t + 1
+    new_params, new_m, new_v = {}, {}, {}
+    for n, p in params.items():
+        g = grads[n]
+        p = p * (1 - LR * WD)
+        m_ = BETAS[0] * m[n] + (1 - BETAS[0]) * g
+        v_ = BETAS[1] * v[n] + (1 - BETAS[1]) * g * g
+        mhat = m_ / (1 - BETAS[0] ** t)
+        vhat = v_ / (1 - BETAS[1] ** t)
+        new_params[n] = p - LR * mhat / (jnp.sqrt(vhat) + EPS)
+        new_m[n], new_v[n] = m_, v_
+    return new_params, new_m, new_v, t
+
+
+def _jax_setup(model_name):
+    """The functional model's loss, its initial state [params, buffers, m,
+    v, t] (the torch model's initial values) and the batch, as JAX arrays."""
     import jax
     import jax.numpy as jnp
 
@@ -156,32 +174,71 @@ def jax_stepper(model_name):
     model, (x, y) = _make(model_name)
     params = {n: jnp.asarray(p.detach().numpy()) for n, p in model.named_parameters()}
     buffers = {n: jnp.asarray(b.detach().numpy()) for n, b in model.named_buffers() if b.dtype.is_floating_point}
-    x, y = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
     loss_fn = functools.partial(_jax_gpt_loss, GPTS[model_name][0]) if model_name in GPTS else _jax_cnn_loss
-
-    def step(params, buffers, m, v, t, x, y):
-        (loss, new_buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
-        t = t + 1
-        new_params, new_m, new_v = {}, {}, {}
-        for n, p in params.items():
-            g = grads[n]
-            p = p * (1 - LR * WD)
-            m_ = BETAS[0] * m[n] + (1 - BETAS[0]) * g
-            v_ = BETAS[1] * v[n] + (1 - BETAS[1]) * g * g
-            mhat = m_ / (1 - BETAS[0] ** t)
-            vhat = v_ / (1 - BETAS[1] ** t)
-            new_params[n] = p - LR * mhat / (jnp.sqrt(vhat) + EPS)
-            new_m[n], new_v[n] = m_, v_
-        return loss, new_params, new_buffers, new_m, new_v, t
-
-    jitted = jax.jit(step, donate_argnums=(0, 1, 2, 3))
     m = {n: jnp.zeros_like(p) for n, p in params.items()}
     v = {n: jnp.zeros_like(p) for n, p in params.items()}
     state = [params, buffers, m, v, jnp.asarray(0.0, jnp.float32)]
+    return loss_fn, state, jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+
+def jax_stepper(model_name):
+    """The hand-written jax.jit training step as a function returning the
+    loss (a device array)."""
+    import jax
+
+    loss_fn, state, x, y = _jax_setup(model_name)
+
+    def step(params, buffers, m, v, t, x, y):
+        (loss, new_buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
+        new_params, new_m, new_v, t = _adamw_update(params, grads, m, v, t)
+        return loss, new_params, new_buffers, new_m, new_v, t
+
+    jitted = jax.jit(step, donate_argnums=(0, 1, 2, 3))
 
     def run_step():
         loss, *rest = jitted(*state, x, y)
         state[:] = rest
+        return loss
+
+    return run_step
+
+
+def _busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def jax_split_stepper(model_name, host_ms=0.0):
+    """The same step as three executables, the way AOTAutograd and a
+    compiled `opt.step` split it: a forward returning the residuals
+    (`jax.vjp`), the backward, the AdamW update.  `host_ms` of busy host
+    work before each call stands in for the host time a framework spends
+    between its executables (guards, wrappers, the autograd engine)."""
+    import jax
+    import jax.numpy as jnp
+
+    loss_fn, state, x, y = _jax_setup(model_name)
+
+    def fwd(params, buffers, x, y):
+        loss, vjp_fn, new_buffers = jax.vjp(lambda p: loss_fn(p, buffers, x, y), params, has_aux=True)
+        return loss, new_buffers, vjp_fn  # vjp_fn: a pytree holding the residuals
+
+    def bwd(vjp_fn, loss):
+        return vjp_fn(jnp.ones_like(loss))[0]
+
+    forward, backward = jax.jit(fwd), jax.jit(bwd)
+    update = jax.jit(_adamw_update, donate_argnums=(0, 2, 3))
+
+    def run_step():
+        params, buffers, m, v, t = state
+        _busy(host_ms / 1e3)
+        loss, new_buffers, vjp_fn = forward(params, buffers, x, y)
+        _busy(host_ms / 1e3)
+        grads = backward(vjp_fn, loss)
+        _busy(host_ms / 1e3)
+        new_params, new_m, new_v, t = update(params, grads, m, v, t)
+        state[:] = [new_params, new_buffers, new_m, new_v, t]
         return loss
 
     return run_step
@@ -311,10 +368,26 @@ STEADY_TITLES = {
 }
 
 
+def _interleave(steps, rounds, per_round):
+    """Median step time (ms) of each stepper in `steps`, run in alternation
+    (`per_round` steps of each, `rounds` times) after a warm-up: the
+    machine's drift between processes, ~20-30% on this VM, cancels out of
+    the ratios."""
+    times = {m: [] for m in steps}
+    for step in steps.values():  # compile and warm up
+        for _ in range(3):
+            float(step())
+    for _ in range(rounds):
+        for m, step in steps.items():
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                float(step())  # waits for the device
+                times[m].append(time.perf_counter() - t0)
+    return {m: statistics.median(v) * 1e3 for m, v in times.items()}
+
+
 def interleaved(models, rounds, per_round=5):
-    """Steady steps of every mode in one process, in alternation (`per_round`
-    steps of each, `rounds` times): the machine's drift between processes,
-    ~20-30% on this VM, cancels out of the ratios."""
+    """Steady steps of every mode in one process, interleaved."""
     print("\n### Steady step, modes interleaved in one process (median ms)\n")
     print("| model | " + " | ".join(LABELS[m] for m in STEADY_MODES)
           + " | compiled step / jax.jit | compiled (fused) / jax.jit |")
@@ -327,20 +400,30 @@ def interleaved(models, rounds, per_round=5):
         # dynamic shapes), which is not what this table measures.
         torch._dynamo.reset()
         steps = {m: (jax_stepper(model_name) if m == "jax" else torch_stepper(model_name, m)) for m in STEADY_MODES}
-        times = {m: [] for m in STEADY_MODES}
-        for m, step in steps.items():  # compile and warm up
-            for _ in range(3):
-                step().item()
-        for _ in range(rounds):
-            for m, step in steps.items():
-                for _ in range(per_round):
-                    t0 = time.perf_counter()
-                    step().item()  # waits for the device
-                    times[m].append(time.perf_counter() - t0)
-        med = {m: statistics.median(v) * 1e3 for m, v in times.items()}
+        med = _interleave(steps, rounds, per_round)
         cells = " | ".join(f"{med[m]:.2f}" for m in STEADY_MODES)
         print(f"| {STEADY_TITLES[model_name]} | {cells} | {med['tpu_compiled_step'] / med['jax']:.2f}x "
               f"| {med['tpu_compiled_fused'] / med['jax']:.2f}x |")
+
+
+SPLIT_HOST_MS = (0.0, 0.4, 1.0)
+
+
+def split_experiment(models, rounds, per_round=5):
+    """Pure JAX, no torch on the path: what splitting the step into the
+    three executables a compiled PyTorch step runs costs, and what host work
+    between them costs (on a CPU backend host time competes with XLA's
+    compute threads; on an accelerator it overlaps the device's work)."""
+    print("\n### Pure JAX: one jit vs the step split in three, with busy host time between the calls (median ms)\n")
+    labels = ["one jax.jit"] + [f"split in 3, {ms} ms host before each" for ms in SPLIT_HOST_MS]
+    print("| model | " + " | ".join(labels) + " |")
+    print("|---|" + "---:|" * len(labels))
+    for model_name in models:
+        steps = {"one": jax_stepper(model_name)}
+        steps.update({ms: jax_split_stepper(model_name, ms) for ms in SPLIT_HOST_MS})
+        med = _interleave(steps, rounds, per_round)
+        cells = " | ".join(f"{med[m]:.2f} ({med[m] / med['one']:.2f}x)" for m in steps)
+        print(f"| {STEADY_TITLES[model_name]} | {cells} |")
 
 
 def main():
@@ -350,12 +433,16 @@ def main():
     parser.add_argument("--worker", nargs=2)
     parser.add_argument("--interleaved", help="only the interleaved steady-step table, for these models")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--split", help="only the pure-JAX split/host-time experiment, for these models")
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker, args.steps)
         return
     if args.interleaved:
         interleaved(args.interleaved.split(","), args.rounds)
+        return
+    if args.split:
+        split_experiment(args.split.split(","), args.rounds)
         return
     for model_name in args.models.split(","):
         rows = {}
