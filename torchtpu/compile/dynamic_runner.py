@@ -13,7 +13,7 @@ import torch
 from .. import _C
 from ..ops import plans
 from ..ops.context import matmul_precision
-from ..ops.dispatch import Call
+from ..ops.dispatch import Call, apply_math_bits, math_bits
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax, torch_to_numpy
 from ..runtime.gc_pause import gc_paused
@@ -164,8 +164,8 @@ class DynamicCalls:
         padded = []  # placeholder index -> padded array, for inputs with symbolic dims
         for node, a, kind in zip(graph.placeholders, args, inputs.kinds):
             if kind == "padded":
-                array = _pad_input(materialize(a) if not a.is_cpu else torch_to_numpy(a.detach()).copy(),
-                                   node.meta["val"], shapes)
+                value = apply_math_bits(materialize(a), math_bits(a)) if not a.is_cpu else torch_to_numpy(a.detach()).copy()
+                array = _pad_input(value, node.meta["val"], shapes)
                 padded.append(array)
                 key.append(("padded", a.dtype, a.device.index))
                 if call.device is None:

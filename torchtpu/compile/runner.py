@@ -18,7 +18,7 @@ import torch
 from .. import _C
 from ..ops import plans, row_offsets
 from ..ops.context import matmul_precision
-from ..ops.dispatch import Call
+from ..ops.dispatch import Call, apply_math_bits, math_bits
 from ..ops.transfer import to_host
 from ..runtime import boxes, checks, devices
 from ..runtime.dtypes import to_jax
@@ -308,24 +308,25 @@ class CompiledGraph(DynamicCalls):
             elif isinstance(a, torch.Generator):
                 readers.append(lambda arrays, dyn, k=draw_index: tuple(dyn[k : k + 4]))
                 draw_index += 4
+            elif isinstance(a, torch.Tensor) and a.is_cpu:
+                readers.append(lambda arrays, dyn, k=dyn_index: jnp.asarray(dyn[k]))
+                dyn_index += 1
             elif isinstance(a, torch.Tensor):
-                if a.is_cpu:
-                    k = dyn_index
-                    dyn_index += 1
-                    readers.append(lambda arrays, dyn, k=k: jnp.asarray(dyn[k]))
-                    continue
                 address, nbytes, sizes, strides, offset, _ = call.infos[id(a)]
                 slot = call.slot_of[address]
                 dtype = to_jax(a.dtype)
                 if id(a) in call.traced_views:
                     _, dim, residual, span = call.traced_views[id(a)]
-                    readers.append(lambda arrays, dyn, slot=slot, k=dyn_index, g=(span, sizes, strides, residual, dtype),
-                                   dim=dim: row_offsets.read_at(arrays[slot], dim, dyn[k], *g))
+                    read = (lambda arrays, dyn, slot=slot, k=dyn_index, g=(span, sizes, strides, residual, dtype),
+                            dim=dim: row_offsets.read_at(arrays[slot], dim, dyn[k], *g))
                     dyn_index += 1
-                    continue
-                readers.append(
-                    lambda arrays, dyn, slot=slot, g=(sizes, strides, offset, dtype): plans.read_view(arrays.get(slot), *g)
-                )
+                else:
+                    read = (lambda arrays, dyn, slot=slot, g=(sizes, strides, offset, dtype):
+                            plans.read_view(arrays.get(slot), *g))
+                bits = math_bits(a)
+                if bits:  # (a lazy conjugate or negative view: the graph reads its logical value)
+                    read = lambda arrays, dyn, read=read, bits=bits: apply_math_bits(read(arrays, dyn), bits)
+                readers.append(read)
             else:
                 readers.append(lambda arrays, dyn, a=a: a)
         return readers

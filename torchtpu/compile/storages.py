@@ -7,6 +7,7 @@ import sys
 import jax.numpy as jnp
 
 from ..ops import plans, row_offsets
+from ..ops.dispatch import apply_math_bits, math_bits
 
 
 class FastCall:
@@ -33,6 +34,7 @@ def written(args, call, arrays, dyn, mutations, written_slots, host_writes):
             continue
         address, nbytes, sizes, strides, offset, _ = call.infos[id(args[index])]
         slot = call.slot_of[address]
+        value = apply_math_bits(value, math_bits(args[index]))  # (a conjugate view stores the conjugate)
         traced = call.traced_views.get(id(args[index]))
         if traced is not None:
             position, dim, residual, span = traced

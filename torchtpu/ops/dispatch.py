@@ -163,7 +163,7 @@ class Call:
             self.entries.append(_boxes.get(address) if address else None)
         entry = self.entries[slot]
         sig = entry[1] if entry is not None else None
-        bits = _math_bits(t)
+        bits = math_bits(t)
         traced = row_offsets.traced_index(sig, t.dtype, sizes, strides, offset) if trace_offsets else None
         if traced is not None:
             k, index, residual, span = traced
@@ -665,10 +665,10 @@ def _build(entry, values, call, key):
         if isinstance(real, (list, tuple)):
             for t, m in zip(real, meta):
                 expected.append((m, _mutation_target(kernel, call, position, t, m, single=False)))
-                stored_bits[len(expected) - 1] = _math_bits(t)
+                stored_bits[len(expected) - 1] = math_bits(t)
         else:
             expected.append((meta, _mutation_target(kernel, call, position, real, meta, single=True)))
-            stored_bits[len(expected) - 1] = _math_bits(real)
+            stored_bits[len(expected) - 1] = math_bits(real)
 
     input_slots = [s for s, e in enumerate(call.entries) if e is not None]
     kernel.input_slots = input_slots
@@ -699,7 +699,7 @@ def _build(entry, values, call, key):
         for k, ((m, target), value) in enumerate(zip(expected, flat_result)):
             if target is None or m is None:
                 continue
-            value = _apply_math_bits(_conform(value, m, op), stored_bits.get(k, 0))
+            value = apply_math_bits(_conform(value, m, op), stored_bits.get(k, 0))
             sizes, strides, offset = _geometry(m)
             if target[0] == "fresh" or target[0] == "resized":
                 fresh_out.append(plans.write_view(None, target[2], sizes, strides, offset, value))
@@ -818,14 +818,14 @@ def _mutation_target(kernel, call, position, real, meta, single):
     return ("slot", call.slot_of[address], nbytes, call.traced_views.get(id(real)))
 
 
-def _math_bits(t):
+def math_bits(t):
     """ATen's lazy conjugate / negative bits (1 | 2).  Most ops never see them
     (the Conjugate/Negative fallbacks resolve inputs first); the ops ATen lets
     through (copy_, clone, mm, dot, ... and views) read the logical value."""
     return int(t.is_conj()) | (int(t.is_neg()) << 1)
 
 
-def _apply_math_bits(x, bits):
+def apply_math_bits(x, bits):
     if bits & 1:
         x = jnp.conj(x)
     return -x if bits & 2 else x
@@ -854,7 +854,7 @@ def _readers(entry, values, call):
         address, nbytes, sizes, strides, offset, _ = call.infos[id(t)]
         slot = call.slot_of[address]
         dtype = to_jax(t.dtype)
-        bits = _math_bits(t)
+        bits = math_bits(t)
         if id(t) in call.traced_views:
             position = dyn_index[0]  # (its index was appended to dyn while keying, in argument order)
             dyn_index[0] += 1
@@ -864,7 +864,7 @@ def _readers(entry, values, call):
         else:
             read = lambda arrays, dyn: plans.read_view(arrays.get(slot), sizes, strides, offset, dtype)
         if bits:
-            return lambda arrays, dyn: _apply_math_bits(read(arrays, dyn), bits)
+            return lambda arrays, dyn: apply_math_bits(read(arrays, dyn), bits)
         return read
 
     for i, (kind, v) in enumerate(zip(entry.kinds, values)):
