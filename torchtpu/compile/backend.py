@@ -18,18 +18,21 @@ from .output_code import TpuGraphCode, caches_keep_graphs, compiling_with, graph
 _counter = itertools.count()
 log = logging.getLogger("torchtpu.compile")
 
-# torch.compile's modes (inductor's names): none changes what this backend
-# does -- each graph is one XLA executable -- so a known one is noted and
-# ignored, an unknown one refused as inductor refuses it.
-MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _noted_modes = set()
 
 
 def _check_mode(mode):
+    """torch.compile's modes are inductor's (torch._inductor.list_mode_options):
+    none changes what this backend does -- each graph is one XLA executable
+    already -- so a known one is noted and ignored, an unknown one refused as
+    inductor refuses it."""
     if mode is None or mode == "default":
         return
-    if mode not in MODES:
-        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(MODES)}")
+    from torch._inductor import list_mode_options  # (only when a mode is given)
+
+    modes = list(list_mode_options())
+    if mode not in modes:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(modes)}")
     if mode not in _noted_modes:
         _noted_modes.add(mode)
         log.warning("torchtpu.compile: mode=%r has no effect with backend='tpu' (every graph is one XLA "
