@@ -242,13 +242,34 @@ def _put_checks(sch, values):
 
 
 def _real_kernel(kernel_name):
-    # ATen's kernel has no complex version (the meta kernel accepts it)
+    # ATen's kernel has no complex version (the meta kernel accepts it); a
+    # real tensor written in place or as out= refuses the complex result first
     def check(sch, values):
         dtype = torch.result_type(*values[:2])
-        if dtype.is_complex:
-            raise kernel_not_implemented(kernel_name, dtype)
+        if not dtype.is_complex:
+            return
+        for p in sch.mutated:
+            if isinstance(values[p], torch.Tensor) and not torch.can_cast(dtype, values[p].dtype):
+                raise RuntimeError(f"result type {c10_name(dtype)} can't be cast to the desired output type "
+                                   f"{c10_name(values[p].dtype)}")
+        raise kernel_not_implemented(kernel_name, dtype)
 
     return check
+
+
+def _no_bool_addcmul(sch, values):
+    # ATen's addcmul has no bool kernel (three bool tensors: a bool result)
+    if all(isinstance(values[sch.names.index(n)], torch.Tensor) and values[sch.names.index(n)].dtype == torch.bool
+           for n in ("self", "tensor1", "tensor2")):
+        raise kernel_not_implemented("addcmul_cpu_out", torch.bool)
+
+
+def _no_negative_integer_power(sch, values):
+    # ATen checks a Scalar exponent on the host (a traced one: the lowering's device-side check)
+    self, exponent = values[0], values[1]
+    if (isinstance(self, torch.Tensor) and type(exponent) is int and exponent < 0
+            and not (self.dtype.is_floating_point or self.dtype.is_complex)):
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
 
 
 def _dim_in_range(sch, values):
@@ -330,9 +351,29 @@ _no_complex_clamp = _complex_unsupported("clamp is not supported for complex typ
 
 
 def _clamp_bounds(sch, values):
-    if sch.op._schema.name in ("aten::clamp", "aten::clamp_") and values[1] is None and values[2] is None:
+    name = sch.op._schema.name.rstrip("_")
+    if name == "aten::clamp" and values[1] is None and values[2] is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     _no_complex_clamp(sch, values)
+    if name != "aten::relu":
+        _clamp_scalar_bounds(name, values[0], values[1:3] if name == "aten::clamp" else values[1:2])
+
+
+def _clamp_scalar_bounds(name, self, bounds):
+    """ATen's rules for a clamp's Python-number bounds, which the meta
+    kernels promote like tensors: a floating self converts them to its
+    dtype (a complex one must have no imaginary part), other dtypes refuse
+    complex ones, and bool has no kernel for bool bounds."""
+    numbers = [b for b in bounds if b is not None and not isinstance(b, torch.Tensor)]
+    if any(isinstance(b, complex) for b in numbers):
+        if name != "aten::clamp" or not self.dtype.is_floating_point:
+            raise NotImplementedError("clamp is not supported for complex types")
+        if any(isinstance(b, complex) and b.imag != 0 for b in numbers):
+            raise RuntimeError("value cannot be converted to type double without overflow")
+    if numbers and self.dtype == torch.bool and all(isinstance(b, bool) for b in numbers):
+        if name == "aten::clamp":
+            name = "aten::clamp_min" if bounds[1] is None else "aten::clamp_max" if bounds[0] is None else name
+        raise kernel_not_implemented(f"{name[len('aten::'):]}_scalar_cpu", self.dtype)
 
 
 def _same_scalar_type(sch, values):
@@ -583,6 +624,10 @@ _BEFORE_META = {
     **{f"aten::{name}": _complex_unsupported(f"{name} not implemented for complex tensors.", RuntimeError)
        for name in ("maximum", "minimum", "fmax", "fmin")},
     **dict.fromkeys(_overloads("atan2"), _real_kernel("atan2_cpu")),
+    **dict.fromkeys(_overloads("xlogy"), _real_kernel("xlogy_cpu")),
+    "aten::special_xlog1py": _real_kernel("xlog1py_cpu"),
+    **dict.fromkeys(_overloads("addcmul"), _no_bool_addcmul),
+    **dict.fromkeys(_overloads("pow"), _no_negative_integer_power),
     **dict.fromkeys(("aten::leaky_relu", "aten::leaky_relu_"), _floating_kernel("leaky_relu_cpu")),
     **dict.fromkeys(("aten::add", "aten::add_", "aten::sub", "aten::sub_"), _alpha_check),
     **dict.fromkeys(_overloads("clamp", "clamp_min", "clamp_max", "relu"), _clamp_bounds),

@@ -126,6 +126,46 @@ def _pow_tensor_scalar(self, exponent):
     return torch.ops.aten.pow.Tensor_Scalar(self, exponent)
 
 
+def _pow_tensor_scalar_in_place(self, exponent):
+    if self.dtype == torch.bool and isinstance(exponent, bool):
+        return self  # (as _pow_tensor_scalar)
+    return torch.ops.aten.pow_.Scalar(self, exponent)
+
+
+def _pow_tensor_scalar_out(self, exponent, *, out):
+    if self.dtype == torch.bool and isinstance(exponent, bool) and out.dtype == torch.bool:
+        if out.shape != self.shape:
+            out.resize_(self.shape)
+        return out  # (as _pow_tensor_scalar)
+    return torch.ops.aten.pow.Tensor_Scalar_out(self, exponent, out=out)
+
+
+def _mean_into_real_out(self, dim, keepdim=False, *, dtype=None, out):
+    # ATen's mean_out (with a dim) sums in the out='s dtype: a complex input
+    # into a real out= drops the imaginary part, with the lossy cast's
+    # warning; the reference kernel refuses the cast
+    if not (self.is_complex() and dtype is None and not out.is_complex()):
+        return torch.ops.aten.mean.out(self, dim, keepdim, dtype=dtype, out=out)
+    warn_once("Casting complex values to real discards the imaginary part", stacklevel=4)
+    result = torch.ops.aten.mean.dim(self, dim, keepdim)
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out
+
+
+def _clamp_real_bounds(op):
+    """A floating self converts a clamp's Scalar bounds to its dtype (a
+    complex one with no imaginary part: aten_checks refuses the others); the
+    meta kernel promotes to complex."""
+
+    def run(self, min=None, max=None, **kwargs):
+        if self.dtype.is_floating_point:
+            min, max = (b.real if isinstance(b, complex) else b for b in (min, max))
+        return op(self, min, max, **kwargs)
+
+    return run
+
+
 def _bernoulli_out(self, *, generator=None, out):
     # ATen draws into an out= of any dtype; the reference kernel refuses an
     # unsafe cast (float probabilities into an int64 out)
@@ -196,7 +236,12 @@ _META_KERNEL_FIXES = {
     torch.ops.aten.sort.values: _keeping_out_strides(torch.ops.aten.sort.values),
     torch.ops.aten.sort.values_stable: _keeping_out_strides(torch.ops.aten.sort.values_stable),
     torch.ops.aten.pow.Tensor_Scalar: _pow_tensor_scalar,
+    torch.ops.aten.pow_.Scalar: _pow_tensor_scalar_in_place,
+    torch.ops.aten.pow.Tensor_Scalar_out: _pow_tensor_scalar_out,
     torch.ops.aten.bernoulli.out: _bernoulli_out,
+    **{op: _clamp_real_bounds(op) for op in (torch.ops.aten.clamp.default, torch.ops.aten.clamp_.default,
+                                             torch.ops.aten.clamp.out)},
+    torch.ops.aten.mean.out: _mean_into_real_out,
     torch.ops.aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward,
     torch.ops.aten.nan_to_num_.default: _nan_to_num_in_place,
     torch.ops.aten.abs.out: _abs_out,

@@ -856,6 +856,11 @@ def clamp_values(x, lo, hi):
 @lower(aten.clamp.default, aten.clamp.Tensor)
 def clamp(ctx, self, min=None, max=None):
     dt = ctx.result_type(0, 1, 2)
+    if jnp.issubdtype(self.dtype, jnp.floating) and any(isinstance(ctx.meta_args[i], complex) for i in (1, 2)):
+        # ATen converts a floating self's Scalar bounds to its dtype (a
+        # complex one with an imaginary part is refused: aten_checks)
+        min, max = (None if b is None else jnp.real(b) for b in (min, max))
+        dt = self.dtype
     m = opmath(dt)
     lo = None if min is None else cast(min, m)
     hi = None if max is None else cast(max, m)

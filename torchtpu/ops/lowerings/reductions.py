@@ -145,29 +145,34 @@ def sum_dim(ctx, self, dim, keepdim=False, dtype=None):
 @lower(aten.nansum.default)
 def nansum(ctx, self, dim=None, keepdim=False, dtype=None):
     reject("nansum", self.dtype, ("complex",), RuntimeError)
+    reject("nansum_cpu", ctx.out_dtype, ("complex",))  # (a complex dtype= of a real input)
     if _is_float(self.dtype) or _is_complex(self.dtype):
         self = jnp.where(jnp.isnan(self), jnp.zeros((), self.dtype), self)
     return _sum(self, _axes(dim, self.ndim), keepdim, ctx.out_dtype)
 
 
-def _mean(ctx, self, axes, keepdim, dtype):
-    """In `dtype` (the input's when None), then cast to the result's: ATen's
-    mean into a float16 out= of a float32 input averages in float32."""
-    compute = ctx.out_dtype if dtype is not None else jnp.dtype(self.dtype)
+def _mean(ctx, self, axes, keepdim):
+    """ATen's mean_out: the sum in the result's dtype -- float32 for a
+    float16/bfloat16 result -- divided, then cast to the result's dtype.  So
+    an out= wider than the input averages at the out='s precision, and a
+    float32 input into a float16 out= averages in float32 (a complex input
+    into a real out= drops the imaginary part, as the cast does)."""
+    out = jnp.dtype(ctx.out_dtype)
+    compute = jnp.dtype(jnp.float32) if out in (jnp.float16, jnp.bfloat16) else out
     acc = acc_dtype(compute)
     n = _numel(self.shape, axes)
-    s = jnp.sum(self.astype(compute).astype(acc), axis=axes, keepdims=keepdim)
-    return (s / jnp.asarray(n, acc)).astype(compute).astype(ctx.out_dtype)
+    s = jnp.sum(astype(self, compute).astype(acc), axis=axes, keepdims=keepdim)
+    return (s / jnp.asarray(n, acc)).astype(compute).astype(out)
 
 
 @lower(aten.mean.default, aten.mean.dtype_out)
 def mean_all(ctx, self, dtype=None):
-    return _mean(ctx, self, tuple(range(self.ndim)), False, dtype)
+    return _mean(ctx, self, tuple(range(self.ndim)), False)  # (`dtype` is ctx.out_dtype)
 
 
 @lower(aten.mean.dim)
 def mean_dim(ctx, self, dim, keepdim=False, dtype=None):
-    return _mean(ctx, self, _axes(dim, self.ndim), keepdim, dtype)
+    return _mean(ctx, self, _axes(dim, self.ndim), keepdim)
 
 
 def _prod(x, axes, keepdim, out_dtype):
