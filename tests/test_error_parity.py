@@ -376,6 +376,25 @@ REPORTED = {
                                                                 out=torch.empty((), dtype=torch.float64, device=d)),
     "mean of float into half, past half's range": lambda d: torch.mean(_t([70000.0, 1.5, 3.25], torch.float32, d),
                                                                        dtype=torch.float16),
+    # complex inputs ATen has no kernel for
+    **{f"{name} of complex": (lambda fn: lambda d: fn(_t([1 + 1j, 2, 1 + 1j], torch.complex64, d)))(fn)
+       for name, fn in {
+           "unique": torch.unique,
+           "unique with counts": lambda c: torch.unique(c, sorted=False, return_counts=True)[1],
+           "unique along a dim": lambda c: torch.unique(c[None], dim=1),
+           "unique_consecutive": torch.unique_consecutive,
+           "nearest 1d interpolate": lambda c: F.interpolate(c[None, None], scale_factor=2),
+           "nearest-exact 2d interpolate": lambda c: F.interpolate(c.reshape(1, 1, 1, 3), scale_factor=2,
+                                                                   mode="nearest-exact"),
+           "nearest 3d interpolate": lambda c: F.interpolate(c.reshape(1, 1, 1, 1, 3), scale_factor=2),
+           "floor division": lambda c: c // 2,
+           "floor division in place": lambda c: c.floor_divide_(c),
+           "div with rounding_mode='floor'": lambda c: torch.div(c, 2, rounding_mode="floor"),
+           "div_ with rounding_mode='trunc'": lambda c: c.div_(c, rounding_mode="trunc"),
+           "plain div": lambda c: torch.div(c, 2),
+           "logsumexp": lambda c: torch.logsumexp(torch.stack([c, c * (3 - 5j)]), 0),
+       }.items()},
+    "logsumexp of complex with -inf": lambda d: torch.logsumexp(_t([[1 + 2j, float("-inf")]], torch.complex64, d), 1),
 }  # fmt: skip
 
 

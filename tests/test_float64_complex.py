@@ -53,7 +53,12 @@ def test_tpu_keeps_complex64_and_float32(tpu_policy):
     lambda v: v.imag.fill_(7),
     lambda v: torch._neg_view(v).mul_(2j),
     lambda v: torch.add(torch.ones(2, dtype=torch.complex64, device=v.device), 1j, out=v),
-], ids=["fill_", "add_", "setitem", "copy_", "imag", "neg_view", "out="])
+    lambda v: v.copy_(torch.tensor([5 + 1j, 6 + 1j])),
+    lambda v: v.__setitem__(slice(None), torch.tensor([5 + 1j, 6 + 1j])),
+    lambda v: v.imag.add_(1),
+    lambda v: torch._neg_view(v).real.mul_(3),
+], ids=["fill_", "add_", "setitem", "copy_", "imag", "neg_view", "out=", "copy_ from the host", "setitem from the host",
+        "imag add_", "real of a negative view"])
 def test_writes_through_a_conjugate_view_store_the_conjugate(write, no_fallback):
     for device in ("cpu", "tpu"):
         base = torch.tensor([1 + 2j, 3 - 1j], device=device)
@@ -76,3 +81,26 @@ def test_lazy_conjugate_and_negative_bits(no_fallback):
         torch.testing.assert_close((c + 1).cpu(), z.conj() + 1)
         torch.testing.assert_close((zt.mH @ zt).cpu(), z.mH @ z)
         torch.testing.assert_close(torch.fft.ifft(zt.real).cpu(), torch.fft.ifft(z.real))
+
+
+def test_negative_views_read_their_values_through_real_views(no_fallback):
+    """`z.conj().imag` carries ATen's negative bit; the real views taken of it
+    (`view_as_real`, `.real`, `.imag`) keep the bit, as ATen's do."""
+    z = torch.tensor([1 + 2j, 3 - 4j])
+    views = {
+        "real": lambda t: torch._neg_view(t).real,
+        "imag": lambda t: torch._neg_view(t).imag,
+        "view_as_real": lambda t: torch.view_as_real(torch._neg_view(t)),
+        "view_as_complex": lambda t: torch.view_as_complex(torch._neg_view(torch.view_as_real(t))),
+        "imag of conj": lambda t: t.conj().imag,
+        "masked": lambda t: torch._neg_view(t).real.masked_fill(torch._neg_view(t).real > -2, 0),
+    }
+    for name, view in views.items():
+        want, got = view(z), view(z.to("tpu"))
+        assert got.is_neg() == want.is_neg(), name
+        torch.testing.assert_close(got.cpu(), want, msg=name)
+    x_cpu = z.clone().requires_grad_()
+    x = z.to("tpu").requires_grad_()
+    for t in (x_cpu, x):
+        (torch.view_as_real(torch._neg_view(t)) * torch.tensor([1.0, 2.0], device=t.device)).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)

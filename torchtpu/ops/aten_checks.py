@@ -556,6 +556,27 @@ def _upsample_sizes(sch, values):
                        f"({sizes(output_size)})")
 
 
+def _nearest_upsample_checks(sch, values):
+    """Nearest upsampling has no complex kernel in ATen (named after the
+    kernel CPU reaches: 2d runs its channels-last one)."""
+    _upsample_sizes(sch, values)
+    self = values[0]
+    if self.is_complex():
+        kernel = "upsample_nearest2d_channels_last" if self.dim() == 4 else "compute_indices_weights_nearest"
+        raise kernel_not_implemented(kernel, self.dtype)
+
+
+def _rounding_division_of_complex(sch, values):
+    # ATen has no complex floor/trunc division kernel (the meta kernels
+    # raise their own error, or accept it)
+    if sch.op._schema.name.startswith("aten::floor_divide"):
+        mode = "floor"
+    else:
+        mode = values[sch.names.index("rounding_mode")] if "rounding_mode" in sch.names else None
+    if mode is not None and torch.result_type(values[0], values[1]).is_complex:
+        raise kernel_not_implemented(f"div_{mode}_cpu", torch.result_type(values[0], values[1]))
+
+
 _UPSAMPLES = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
               "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
               "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa")
@@ -642,7 +663,8 @@ _BEFORE_META = {
     "aten::topk": _topk_k_in_range,
     "aten::_scaled_dot_product_fused_attention_overrideable": _attention_mask,
     "aten::multinomial": _multinomial_rank,
-    **{f"aten::{name}": _upsample_sizes for name in _UPSAMPLES},
+    **{f"aten::{name}": _nearest_upsample_checks if "nearest" in name else _upsample_sizes for name in _UPSAMPLES},
+    **dict.fromkeys(_overloads("floor_divide") + _overloads("div"), _rounding_division_of_complex),
     **dict.fromkeys(("aten::grid_sampler_2d", "aten::grid_sampler_3d"), _grid_sampler_checks),
     **{f"aten::{kind}_pad{n}d": _pad_kernel(f"{kind}_pad{n}d") for kind in ("reflection", "replication")
        for n in (1, 2, 3)},

@@ -135,7 +135,8 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
 
 
 def _copy_array_into(dst, array, src_dtype):
-    if dst.shape == array.shape and dst.dtype == src_dtype and _bind_whole(dst, array):
+    bits_free = not (dst.is_conj() or dst.is_neg())  # (a lazy conj/neg view stores the conjugate/negation)
+    if bits_free and dst.shape == array.shape and dst.dtype == src_dtype and _bind_whole(dst, array):
         return dst
     tmp = wrap(array, src_dtype, dst.device.index)
     return dispatch.run(aten.copy_.default, (dst, tmp, False), {})

@@ -21,7 +21,9 @@ _COMPLEX = {v: k for k, v in _REAL.items()}
 
 def _on_storage(base, dtype, sizes, strides, offset):
     out = torch.empty(0, dtype=dtype, device=base.device)
-    return out.set_(base.untyped_storage(), offset, sizes, strides)
+    out = out.set_(base.untyped_storage(), offset, sizes, strides)
+    # (ATen's view keeps its input's negative bit: `z.conj().imag` is one)
+    return torch._neg_view(out) if base.is_neg() else out
 
 
 @special(aten.view_as_real.default)

@@ -422,7 +422,14 @@ def _empty_long(device, shape=(0,)):
     return torch.empty(shape, dtype=torch.long, device=device)
 
 
+def _no_complex_unique(kernel_name, self):
+    # ATen's unique kernels have no complex version (no ordering)
+    if self.is_complex():
+        raise kernel_not_implemented(kernel_name, self.dtype)
+
+
 def _unique_flat(self, consecutive, return_inverse, return_counts):
+    _no_complex_unique("unique", self)
     device = self.device
     if self.numel() == 0:
         inverse = _empty_long(device, self.shape) if return_inverse else _empty_long(device)
@@ -437,6 +444,7 @@ def _unique_flat(self, consecutive, return_inverse, return_counts):
 
 
 def _unique_along(self, dim, consecutive):
+    _no_complex_unique("unique_dim", self)
     device = self.device
     dim = indexing.wrap_dim(dim, self.dim())
     if self.dim() == 0:

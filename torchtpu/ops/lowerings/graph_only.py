@@ -218,6 +218,12 @@ def conj(ctx, x):
     return jnp.conj(x)
 
 
+@lower_view(aten._neg_view)
+def neg_view(ctx, x):
+    """As a value, the negation (eager sets the negative bit: `z.conj().imag`)."""
+    return -x
+
+
 @lower_view(aten.complex)
 def complex_(ctx, real, imag):
     dtype = ctx.out_dtype

@@ -423,8 +423,10 @@ def _logsumexp(x, axes, keepdim, rounded=lambda v: v):
     (as ATen does), so all -inf gives -inf and any +inf gives +inf.
     `rounded` is applied after each step (ATen's composite rounds 16-bit
     values op by op; CUDA runs the same composite)."""
-    m = jnp.max(x, axis=axes, keepdims=True, initial=-jnp.inf)
-    m = jnp.where(jnp.isinf(m), jnp.zeros((), x.dtype), m)
+    # (shifted by the real parts' maximum, as ATen: a complex max would put
+    # the imaginary part on another branch of the log)
+    m = jnp.max(jnp.real(x), axis=axes, keepdims=True, initial=-jnp.inf)
+    m = jnp.where(jnp.isinf(m), jnp.zeros((), m.dtype), m)
     s = rounded(jnp.sum(rounded(jnp.exp(rounded(x - m))), axis=axes, keepdims=True))
     r = rounded(rounded(jnp.log(s)) + m)
     if not keepdim:
