@@ -376,12 +376,12 @@ def _interleave(steps, rounds, per_round):
     times = {m: [] for m in steps}
     for step in steps.values():  # compile and warm up
         for _ in range(3):
-            float(step())
+            step().item()
     for _ in range(rounds):
         for m, step in steps.items():
             for _ in range(per_round):
                 t0 = time.perf_counter()
-                float(step())  # waits for the device
+                step().item()  # waits for the device
                 times[m].append(time.perf_counter() - t0)
     return {m: statistics.median(v) * 1e3 for m, v in times.items()}
 
