@@ -839,6 +839,45 @@ def test_convolution_keeps_channels_last_as_the_cpu_does(dims, fmt, which):
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
 
 
+_DENSE_LAYOUTS = {
+    "contiguous": lambda t: t.contiguous(),
+    "permuted": lambda t: t,  # (dense, not channels-last: ATen's outputs are contiguous)
+    "channels_last": lambda t: t.contiguous(memory_format=torch.channels_last),
+    "h and w swapped": lambda t: t.transpose(2, 3),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(_DENSE_LAYOUTS))
+@pytest.mark.parametrize("op", ["batch_norm train", "batch_norm eval", "batch_norm without stats", "roll", "roll 2 dims",
+                                "flat roll"])
+def test_output_layout_follows_the_inputs_suggested_format_as_on_cpu(layout, op):
+    # A wrong layout shows as .view() raising on one device only
+    fns = {
+        "batch_norm train": lambda x: F.batch_norm(x, torch.zeros(3, device=x.device), torch.ones(3, device=x.device),
+                                                   training=True),
+        "batch_norm eval": lambda x: F.batch_norm(x, torch.zeros(3, device=x.device), torch.ones(3, device=x.device)),
+        "batch_norm without stats": lambda x: F.batch_norm(x, None, None, training=True),
+        "roll": lambda x: x.roll(1, 2),
+        "roll 2 dims": lambda x: x.roll((1, -1), (2, 3)),
+        "flat roll": lambda x: x.roll(1),
+    }
+    x = _DENSE_LAYOUTS[layout](torch.randn(4, 5, 2, 3, generator=torch.Generator().manual_seed(0)).permute(2, 3, 0, 1))
+    want = fns[op](x)
+    got = fns[op](x.to("tpu"))
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", [lambda x: F.max_pool1d(x[..., 0, 0], 2), lambda x: F.max_pool2d(x[..., 0], 2),
+                                  lambda x: F.max_pool3d(x, 2), lambda x: F.adaptive_max_pool2d(x[..., 0], 2)],
+                         ids=["max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool2d"])
+def test_max_pool_backward_of_an_empty_batch(pool):
+    for device in ("cpu", "tpu"):
+        x = torch.zeros(0, 3, 4, 4, 4, device=device, requires_grad=True)
+        pool(x).sum().backward()
+        assert x.grad.shape == x.shape and x.grad.device.type == device
+
+
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("given_hx", [True, False])
 def test_compiled_gru_cell_is_one_graph_each_way(bias, given_hx):

@@ -47,8 +47,34 @@ def _layout_of_input(position):
     return fix
 
 
+def _suggested_layout_of_input(out, input):
+    """`out` in `input`'s suggested memory format: contiguous unless the
+    input is channels-last (the meta kernels copy any dense input's strides)."""
+    from torch._prims_common import suggest_memory_format
+
+    strides = torch.empty(out.shape, device="meta", memory_format=suggest_memory_format(input)).stride()
+    if out.stride() != strides:
+        out.as_strided_(out.shape, strides)
+
+
+def _batch_norm_layout(values, outs):
+    # ATen's batch norm allocates its output in the input's suggested format
+    _suggested_layout_of_input(outs[0], values[0])
+
+
+def _roll_layout(values, out):
+    # ATen rolls along a dim as a cat of two slices, which takes their
+    # suggested format; without dims it rolls the flattened tensor
+    # (contiguous, as the meta kernel says)
+    if values[2] and out.numel():
+        _suggested_layout_of_input(out, values[0])
+
+
 _OUTPUT_LAYOUTS = {
     torch.ops.aten.convolution.default: _convolution_layout,
+    **dict.fromkeys((torch.ops.aten._native_batch_norm_legit.default, torch.ops.aten._native_batch_norm_legit.no_stats,
+                     torch.ops.aten._native_batch_norm_legit_no_training.default), _batch_norm_layout),
+    torch.ops.aten.roll.default: _roll_layout,
     **{getattr(torch.ops.aten, f"{kind}_pad{k}d").default: _layout_of_input(0)
        for kind in ("reflection", "replication") for k in (1, 2, 3)},
     **{getattr(torch.ops.aten, f"{kind}_pad{k}d_backward").default: _layout_of_input(1)  # (grad_output, self, ...)

@@ -101,8 +101,9 @@ def _scatter_to_plane(grad_output, indices, input_shape, nd):
     lead = input_shape[: len(input_shape) - nd]
     plane = int(np.prod(input_shape[len(input_shape) - nd :], dtype=np.int64))
     batch = int(np.prod(lead, dtype=np.int64))
-    g = grad_output.astype(acc).reshape(batch, -1)
-    idx = indices.reshape(batch, -1)
+    n_out = int(np.prod(grad_output.shape[len(lead):], dtype=np.int64))  # (not -1: an empty batch)
+    g = grad_output.astype(acc).reshape(batch, n_out)
+    idx = indices.reshape(batch, n_out)
     rows = jnp.arange(batch)[:, None]
     out = jnp.zeros((batch, plane), acc).at[rows, idx].add(g, mode="drop")
     return out.reshape(input_shape)
