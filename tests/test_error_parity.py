@@ -395,6 +395,11 @@ REPORTED = {
            "logsumexp": lambda c: torch.logsumexp(torch.stack([c, c * (3 - 5j)]), 0),
        }.items()},
     "logsumexp of complex with -inf": lambda d: torch.logsumexp(_t([[1 + 2j, float("-inf")]], torch.complex64, d), 1),
+    # torch's (Cephes') conventions where JAX's special functions give nan
+    "gammainc at a = 0": lambda d: torch.special.gammainc(_t([0.0, 0, 0, 0, 1], torch.float32, d),
+                                                          _t([0.5, 1e-3, 0, float("inf"), 0], torch.float32, d)),
+    "zeta at large x": lambda d: torch.special.zeta(_t([1e4, 1e4, 1e4, 3, 1e8], torch.float32, d),
+                                                    _t([2.0, 1, 0.5, 2, 3], torch.float32, d)),
 }  # fmt: skip
 
 

@@ -255,11 +255,20 @@ def _zeta(x, q):
     """Hurwitz zeta with torch's (Cephes') conventions: a pole at x = 1 and
     at every integer q <= 0; q < 0 with a non-integer x is undefined."""
     r = jsp.zeta(x, q)
+    # (past x ~ 1e4 JAX's series gives nan; its first term q**-x is then the
+    # whole value: 0, 1 or inf)
+    r = jnp.where(jnp.isnan(r) & (x > 1) & (q > 0), q ** -x, r)
     q_integer = q == jnp.floor(q)
     r = jnp.where((q <= 0) & q_integer, jnp.inf, r)
     r = jnp.where((q < 0) & ~q_integer & (x != jnp.floor(x)), jnp.nan, r)
     r = jnp.where(x == 1, jnp.inf, r)
     return jnp.where(x < 1, jnp.nan, r)
+
+
+def _gammainc(a, x):
+    """The regularized lower incomplete gamma with torch's (Cephes')
+    convention at a = 0: 1 for every x > 0 (JAX gives nan)."""
+    return jnp.where((a == 0) & (x > 0), jnp.ones((), jnp.result_type(a, x)), jsp.gammainc(a, x))
 
 
 def _xlog1py(x, y):
@@ -278,7 +287,7 @@ BINARY = {
     aten.special_zeta: _zeta,
     aten.special_xlog1py: _xlog1py,
     aten.special_xlogy: _xlogy,
-    aten.igamma: jsp.gammainc,
+    aten.igamma: _gammainc,
     aten.igammac: jsp.gammaincc,
 }
 
