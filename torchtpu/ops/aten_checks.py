@@ -8,7 +8,7 @@ import warnings
 
 import torch
 
-from .dtype_names import c10_name, cpp_name, kernel_not_implemented
+from .dtype_names import c10_name, cpp_name, kernel_not_implemented, unsafe_cast_error
 from .written_checks import check_written_dtypes
 
 
@@ -250,8 +250,7 @@ def _real_kernel(kernel_name):
             return
         for p in sch.mutated:
             if isinstance(values[p], torch.Tensor) and not torch.can_cast(dtype, values[p].dtype):
-                raise RuntimeError(f"result type {c10_name(dtype)} can't be cast to the desired output type "
-                                   f"{c10_name(values[p].dtype)}")
+                raise unsafe_cast_error(dtype, values[p].dtype)
         raise kernel_not_implemented(kernel_name, dtype)
 
     return check
@@ -573,8 +572,9 @@ def _rounding_division_of_complex(sch, values):
         mode = "floor"
     else:
         mode = values[sch.names.index("rounding_mode")] if "rounding_mode" in sch.names else None
-    if mode is not None and torch.result_type(values[0], values[1]).is_complex:
-        raise kernel_not_implemented(f"div_{mode}_cpu", torch.result_type(values[0], values[1]))
+    dtype = torch.result_type(values[0], values[1]) if mode is not None else None
+    if dtype is not None and dtype.is_complex:
+        raise kernel_not_implemented(f"div_{mode}_cpu", dtype)
 
 
 _UPSAMPLES = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",

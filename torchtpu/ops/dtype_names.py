@@ -37,6 +37,12 @@ def kernel_not_implemented(kernel_name, dtype):
     return NotImplementedError(f'"{kernel_name}" not implemented for \'{c10_name(dtype)}\'')
 
 
+def unsafe_cast_error(result, written):
+    """TensorIterator's error for a result that cannot be cast safely into
+    the tensor written (in place or out=)."""
+    return RuntimeError(f"result type {c10_name(result)} can't be cast to the desired output type {c10_name(written)}")
+
+
 def found_dtype_error(got, expected):
     """TensorIterator's error for an operand of another dtype (ops built
     without type promotion)."""

@@ -31,25 +31,10 @@ def _convolution_layout(values, out):
         out.as_strided_(out.shape, torch.empty(out.shape, device="meta", memory_format=fmt).stride())
 
 
-def _layout_of_input(position):
-    """ATen's reflection and replication pads allocate the output (forward)
-    and grad_input (backward) in the input's suggested memory format."""
-    from torch._prims_common import suggest_memory_format
-
-    def fix(values, out):
-        fmt = suggest_memory_format(values[position])
-        if fmt is torch.contiguous_format or not isinstance(out, torch.Tensor):
-            return
-        strides = torch.empty(out.shape, device="meta", memory_format=fmt).stride()
-        if out.stride() != strides:
-            out.as_strided_(out.shape, strides)
-
-    return fix
-
-
 def _suggested_layout_of_input(out, input):
     """`out` in `input`'s suggested memory format: contiguous unless the
-    input is channels-last (the meta kernels copy any dense input's strides)."""
+    input is channels-last (the meta kernels copy a dense input's strides,
+    or return contiguous)."""
     from torch._prims_common import suggest_memory_format
 
     strides = torch.empty(out.shape, device="meta", memory_format=suggest_memory_format(input)).stride()
@@ -57,9 +42,17 @@ def _suggested_layout_of_input(out, input):
         out.as_strided_(out.shape, strides)
 
 
-def _batch_norm_layout(values, outs):
-    # ATen's batch norm allocates its output in the input's suggested format
-    _suggested_layout_of_input(outs[0], values[0])
+def _layout_of_input(position, output=None):
+    """ATen allocates these ops' output (`output`: which of a tuple) in the
+    input's suggested memory format: reflection and replication pads (forward
+    and grad_input) and batch norm."""
+
+    def fix(values, outs):
+        out = outs if output is None else outs[output]
+        if isinstance(out, torch.Tensor):
+            _suggested_layout_of_input(out, values[position])
+
+    return fix
 
 
 def _roll_layout(values, out):
@@ -73,7 +66,7 @@ def _roll_layout(values, out):
 _OUTPUT_LAYOUTS = {
     torch.ops.aten.convolution.default: _convolution_layout,
     **dict.fromkeys((torch.ops.aten._native_batch_norm_legit.default, torch.ops.aten._native_batch_norm_legit.no_stats,
-                     torch.ops.aten._native_batch_norm_legit_no_training.default), _batch_norm_layout),
+                     torch.ops.aten._native_batch_norm_legit_no_training.default), _layout_of_input(0, output=0)),
     torch.ops.aten.roll.default: _roll_layout,
     **{getattr(torch.ops.aten, f"{kind}_pad{k}d").default: _layout_of_input(0)
        for kind in ("reflection", "replication") for k in (1, 2, 3)},
@@ -144,25 +137,29 @@ def _empty_mean_as_sum(op):
     return run
 
 
-def _pow_tensor_scalar(self, exponent):
+def _bool_power(self, exponent):
     # bool ** True / False: ATen copies the base or fills ones, in bool (the
     # reference kernel promotes to int64)
-    if self.dtype == torch.bool and isinstance(exponent, bool):
+    return self.dtype == torch.bool and isinstance(exponent, bool)
+
+
+def _pow_tensor_scalar(self, exponent):
+    if _bool_power(self, exponent):
         return torch.empty_like(self)
     return torch.ops.aten.pow.Tensor_Scalar(self, exponent)
 
 
 def _pow_tensor_scalar_in_place(self, exponent):
-    if self.dtype == torch.bool and isinstance(exponent, bool):
-        return self  # (as _pow_tensor_scalar)
+    if _bool_power(self, exponent):
+        return self
     return torch.ops.aten.pow_.Scalar(self, exponent)
 
 
 def _pow_tensor_scalar_out(self, exponent, *, out):
-    if self.dtype == torch.bool and isinstance(exponent, bool) and out.dtype == torch.bool:
+    if _bool_power(self, exponent) and out.dtype == torch.bool:
         if out.shape != self.shape:
             out.resize_(self.shape)
-        return out  # (as _pow_tensor_scalar)
+        return out
     return torch.ops.aten.pow.Tensor_Scalar_out(self, exponent, out=out)
 
 

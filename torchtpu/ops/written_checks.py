@@ -6,7 +6,7 @@ Like aten_checks.py's, they run when a kernel is built."""
 
 import torch
 
-from .dtype_names import c10_name, cpp_name
+from .dtype_names import c10_name, cpp_name, unsafe_cast_error
 from .meta_fixes import meta_kernel
 from .registry import _functional_candidates
 
@@ -136,10 +136,7 @@ def _check_safe_cast_to_output(sch, meta_values):
     written = [meta_values[p] for p in sch.mutated]
     for r, w in zip(results, written):
         if isinstance(r, torch.Tensor) and isinstance(w, torch.Tensor) and not torch.can_cast(r.dtype, w.dtype):
-            raise RuntimeError(
-                f"result type {c10_name(r.dtype)} can't be cast to the desired output type "
-                f"{c10_name(w.dtype)}"
-            )
+            raise unsafe_cast_error(r.dtype, w.dtype)
 
 
 def check_written_dtypes(sch, values):
