@@ -927,14 +927,34 @@ void set_launch_blocking(py::object wait) {
   state()->launch_blocking = std::move(wait);
 }
 
+// A CPU scalar tensor's value as a Python number: exact for every dtype
+// (a float32's value is a double; bool, integers and complex their own kind).
+static py::object cpu_scalar_value(const at::Tensor& t) {
+  const c10::Scalar value = t.item();
+  if (value.isBoolean()) {
+    return py::bool_(value.toBool());
+  }
+  if (value.isComplex()) {
+    const auto z = value.toComplexDouble();
+    return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(z.real(), z.imag()));
+  }
+  if (value.isFloatingPoint()) {
+    return py::float_(value.toDouble());
+  }
+  if (t.scalar_type() == at::kUInt64) {
+    return py::int_(value.to<uint64_t>());
+  }
+  return py::int_(value.toLong());
+}
+
 // The signature of a compiled graph's call whose arguments are tpu tensors
 // on one device and CPU scalars, built as the eager key is (the same facts
 // per tensor: geometry, dtype, storage slot, box signature): (key bytes, box
 // entry per slot, address per slot, device, traced inputs), or None for
 // anything else (a number, a CPU tensor with dims, two devices), which the
 // Python path keys.  A CPU scalar (an optimizer's step count) is keyed by
-// dtype and returned among the traced inputs as the tensor itself: Python
-// reads its value (graph_inputs.host_values), as dispatch.Call does.
+// dtype, its value returned among the traced inputs as a Python number (the
+// executable's ScalarPacking gives it its dtype back).
 py::object graph_call_key(const py::tuple& args, const py::object& traced_positions) {
   State* s = state();
   TORCH_CHECK(s->boxes != nullptr, "torchtpu: runtime not initialised (import torchtpu)");
@@ -952,7 +972,7 @@ py::object graph_call_key(const py::tuple& args, const py::object& traced_positi
       call.key.push_back(kTagCpuScalar);
       call.key.push_back(static_cast<int64_t>(t.scalar_type()));
       call.key.push_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? 1 : 0);
-      call.dyn.push_back(py::reinterpret_borrow<py::object>(arg));
+      call.dyn.push_back(cpu_scalar_value(t));
       continue;
     }
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) {

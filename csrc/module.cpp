@@ -19,6 +19,7 @@ void drain_boxes();
 void register_memory_bindings(py::module& m);  // memory_bindings.cpp
 void register_stream_bindings(py::module& m);  // stream_bindings.cpp
 void register_nested_bindings(py::module& m);  // nested_bindings.cpp
+void register_host_scalar_bindings(py::module& m);  // host_scalars.cpp
 void init_fastpath(
     py::object boxes,
     py::object move_box,
@@ -183,4 +184,5 @@ PYBIND11_MODULE(_C, m) {
   register_memory_bindings(m);
   register_stream_bindings(m);
   register_nested_bindings(m);
+  register_host_scalar_bindings(m);
 }

@@ -334,6 +334,38 @@ def test_compiled_adamw_step_keeps_step_counts_on_the_host(monkeypatch):
         assert opts[1].state[p_tpu]["step"].item() == 3
 
 
+def test_step_counts_update_as_one_vector_and_fall_back_when_it_disagrees(monkeypatch):
+    # `_foreach_add(steps, 1)` on the host runs as one add on the gathered
+    # vector, scattered back in place (host_updates.VectorUpdate), after its
+    # first call agreed with the graph's own per-tensor computation.
+    from torchtpu.compile import host_updates
+
+    scattered = []
+    scatter = host_updates._C._scatter_cpu_scalars
+    monkeypatch.setattr(host_updates._C, "_scatter_cpu_scalars", lambda t, v: scattered.append(v) or scatter(t, v))
+
+    def f(steps, x):
+        torch._foreach_add_(steps, 1)
+        return x * steps[0] + steps[1]
+
+    for wrong_first_result in (False, True):
+        if wrong_first_result:  # a vector form whose result differs is dropped for the graph's
+            run = host_updates.VectorUpdate.run
+            monkeypatch.setattr(host_updates.VectorUpdate, "run", lambda self, args: run(self, args) + 1)
+        torch._dynamo.reset()
+        scattered.clear()
+        compiled = torch.compile(f, backend="tpu")
+        x = torch.randn(3)
+        steps_cpu = [torch.tensor(0.0), torch.tensor(5.0)]
+        steps = [s.clone() for s in steps_cpu]
+        for _ in range(3):
+            versions = [s._version for s in steps]
+            assert_close(compiled(steps, x.to("tpu")), f(steps_cpu, x), **TOL)
+            assert [s.item() for s in steps] == [s.item() for s in steps_cpu]
+            assert all(s._version > v for s, v in zip(steps, versions))  # (the write is seen, as copy_'s)
+        assert len(scattered) == (0 if wrong_first_result else 3)
+
+
 def test_multiple_outputs_and_dtypes():
     def f(x, i):
         return x.softmax(-1), x.argmax(-1), (x > 0).sum(), x[i].to(torch.bfloat16)

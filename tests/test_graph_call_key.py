@@ -12,7 +12,6 @@ import torch
 
 import torchtpu
 from torchtpu import _C
-from torchtpu.compile.graph_inputs import host_values
 from torchtpu.ops.dispatch import Call
 
 
@@ -79,14 +78,16 @@ def test_cpu_scalars_are_keyed_by_dtype_and_passed_by_value():
     # (an optimizer's step counts: a compiled opt.step() takes one per parameter)
     x = torch.randn(3, device="tpu")
     sets = [(x, torch.tensor(2.0)), (x, torch.tensor(7.0)), (x, torch.tensor(2.0, dtype=torch.float64)),
-            (x, torch.tensor(2)), (torch.tensor(2.0), x), (x, x)]
+            (x, torch.tensor(0.1, dtype=torch.float64)), (x, torch.tensor(2)), (x, torch.tensor(True)),
+            (x, torch.tensor(1 - 2j)), (x, torch.tensor(2**63 - 1)), (torch.tensor(2.0), x), (x, x)]
     python = [_python_key(s) for s in sets]
     fast = [_C._graph_call_key(s) for s in sets]
     for i, j in itertools.combinations(range(len(sets)), 2):
         assert (python[i][:2] == python[j][:2]) == (fast[i][0] == fast[j][0]), (i, j)
     for p, f in zip(python, fast):
-        assert [np.asarray(v).dtype for v in p[2]] == [v.dtype for v in host_values(f[4])]
-        assert [np.asarray(v).item() for v in p[2]] == [v.item() for v in host_values(f[4])]
+        # (the Python key's 0-d arrays, the C++ key's exact Python numbers: the dtype is in both keys)
+        assert [np.asarray(v).item() for v in p[2]] == f[4]
+        assert [type(np.asarray(v).item()) for v in p[2]] == [type(v) for v in f[4]]
 
 
 def test_compiled_graph_reads_each_call_at_its_own_offset_and_alias():
@@ -137,7 +138,10 @@ def test_scalar_packing_round_trips_each_value_in_place():
            np.arange(3.0), np.asarray(9, np.int64), np.asarray(0.25, np.float32)]
     packing = ScalarPacking(dyn)
     assert packing.width == 4  # a float32 array, an int64 array, the int, the non-scalar array
-    unpacked = jax.jit(lambda *a: packing.unpack(a))(*packing.pack(dyn))
-    for want, got in zip(dyn, unpacked):
-        assert np.asarray(got).dtype == np.asarray(want).dtype
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # later calls' scalars may come as Python numbers (_C._graph_call_key's): the same arguments
+    as_numbers = [v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v for v in dyn]
+    for values in (dyn, as_numbers):
+        unpacked = jax.jit(lambda *a: packing.unpack(a))(*packing.pack(values))
+        for want, got in zip(dyn, unpacked):
+            assert np.asarray(got).dtype == np.asarray(want).dtype
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

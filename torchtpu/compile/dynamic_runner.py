@@ -19,7 +19,7 @@ from ..runtime.dtypes import to_jax, torch_to_numpy
 from ..runtime.gc_pause import gc_paused
 from . import output_views, storages
 from .dynamic import Shapes, Unpaddable, merged_layouts
-from .graph_inputs import ScalarPacking, argument_key, host_values, rng_words, tensor_key
+from .graph_inputs import ScalarPacking, argument_key, rng_words, tensor_key
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -181,7 +181,7 @@ class DynamicCalls:
             if exe is not None:
                 self.stats.requests += 1
                 self.stats.hits += 1
-                call = storages.FastCall(*fast[1:4], dyn=host_values(fast[4]) + draws)
+                call = storages.FastCall(*fast[1:4], dyn=fast[4] + draws)
         if exe is None:  # keyed in Python (the first call of a signature: the executable is built from it)
             key += [tensor_key(call, args[i]) for i in inputs.static_tensors]
             call.dyn.extend(draws)  # (after the CPU scalars: see _readers)

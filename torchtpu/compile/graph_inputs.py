@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .. import _C
-from ..ops.dispatch import host_scalar, static_key
+from ..ops.dispatch import static_key
 from ..runtime.dtypes import torch_to_numpy
 
 
@@ -22,12 +22,6 @@ def tensor_key(call, t, trace_offsets=False):
         call.dyn.append(torch_to_numpy(t.detach()).copy())  # (the values at the call, not later ones)
         return ("cpu", t.dtype, tuple(t.shape))
     return call.tensor_key(t, trace_offsets)
-
-
-def host_values(dyn):
-    """The traced inputs `_C._graph_call_key` found, as the Python key
-    (dispatch.Call) passes them: a CPU scalar tensor as its value."""
-    return [host_scalar(d) if isinstance(d, torch.Tensor) else d for d in dyn]
 
 
 def rng_words(seed, offset):
@@ -55,42 +49,43 @@ def argument_key(a):
 
 class ScalarPacking:
     """How an executable takes a call's traced values (`Call.dyn`): the CPU
-    scalar tensors among them (host_scalar: 0-d arrays) as one array per
-    dtype, the rest one argument each.  Every argument of an executable is a
-    host-to-device transfer of its own (~3 us each): a compiled optimizer
-    step's step counts, one per parameter, cost ~100 us a call unpacked.
+    scalar tensors among them as one array per dtype, the rest one argument
+    each.  Every argument of an executable is a host-to-device transfer of
+    its own (~3 us each): a compiled optimizer step's step counts, one per
+    parameter, cost ~100 us a call unpacked.
 
-    Built from the traced values of the call that compiles the executable;
-    its later calls have the same layout (the key holds each one's dtype)."""
+    Built from the traced values of the call that compiles the executable
+    (dispatch.Call's: a CPU scalar as a 0-d array, host_scalar); its later
+    calls have the same layout (the key holds each scalar's dtype), and may
+    give the scalars as plain Python numbers (`_C._graph_call_key`'s)."""
 
     __slots__ = ("groups", "single", "size", "width")
 
     def __init__(self, dyn):
-        by_dtype = {}
+        by_dtype, dtypes = {}, {}
         for k, value in enumerate(dyn):
             if isinstance(value, np.ndarray) and value.ndim == 0:
                 by_dtype.setdefault(value.dtype, []).append(k)
-        self.groups = [ks for ks in by_dtype.values() if len(ks) > 1]
-        grouped = {k for ks in self.groups for k in ks}
-        self.single = [k for k in range(len(dyn)) if k not in grouped]
+                dtypes[k] = value.dtype
+        self.groups = [(dtype, ks) for dtype, ks in by_dtype.items() if len(ks) > 1]
+        grouped = {k for _, ks in self.groups for k in ks}
+        self.single = [(k, dtypes.get(k)) for k in range(len(dyn)) if k not in grouped]
         self.size = len(dyn)  # traced values
         self.width = len(self.groups) + len(self.single)  # executable arguments they take
 
     def pack(self, dyn):
         """The executable's arguments for these traced values."""
-        if not self.groups:
-            return list(dyn)
-        return [np.array([dyn[k] for k in ks]) for ks in self.groups] + [dyn[k] for k in self.single]
+        return [np.array([dyn[k] for k in ks], dtype) for dtype, ks in self.groups] + [
+            dyn[k] if dtype is None else np.asarray(dyn[k], dtype) for k, dtype in self.single
+        ]
 
     def unpack(self, arguments):
         """Inside the trace: the traced values, in order, from `arguments`
         (the `width` executable arguments `pack` made)."""
-        if not self.groups:
-            return list(arguments)
         dyn = [None] * self.size
-        for packed, ks in zip(arguments, self.groups):
+        for packed, (_, ks) in zip(arguments, self.groups):
             for j, k in enumerate(ks):
                 dyn[k] = packed[j]
-        for value, k in zip(arguments[len(self.groups):], self.single):
+        for value, (k, _) in zip(arguments[len(self.groups):], self.single):
             dyn[k] = value
         return dyn
