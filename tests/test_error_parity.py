@@ -124,6 +124,9 @@ _GROWING_IN_PLACE = {
 }  # fmt: skip
 
 
+_INF, _NAN = float("inf"), float("nan")
+
+
 def _t(values, dtype, device):
     return torch.tensor(values, dtype=dtype, device=device)
 
@@ -400,6 +403,36 @@ REPORTED = {
                                                           _t([0.5, 1e-3, 0, float("inf"), 0], torch.float32, d)),
     "zeta at large x": lambda d: torch.special.zeta(_t([1e4, 1e4, 1e4, 3, 1e8], torch.float32, d),
                                                     _t([2.0, 1, 0.5, 2, 3], torch.float32, d)),
+    **{f"{fn.__name__} at a = inf": (lambda fn: lambda d: fn(_t([_INF] * 5 + [2.0], torch.float64, d),
+                                                             _t([2.0, 0, _INF, -1, 1e300, _INF], torch.float64, d)))(fn)
+       for fn in (torch.igamma, torch.igammac)},
+    # large a near x: Temme's expansion (JAX's iterations drifted, and never returned at 1e20)
+    **{f"{fn.__name__} of {dtype} at large a": (lambda fn, dtype: lambda d: fn(
+        _t([1e3, 1e3, 1e5, 1e7, 1e12, 1e12, 1e20, 1e20, 1e20], dtype, d),
+        # (1e12 - 1e6: float32's own rounding of it moves Q by 1e-2, and CPU's float32 kernel is that far off)
+        _t([999.0, 1003, 1e5, 1e7 + 3e3, 1e12, 1e12 - (1e6 if dtype == torch.float64 else 1e7), 1e20, 0, 5e20],
+           dtype, d)))(fn, dtype)
+       for fn in (torch.igamma, torch.igammac) for dtype in (torch.float32, torch.float64)},
+    # (the small-argument series clipped x at 1e-30: K1(1e-300) was 1e30)
+    **{f"{name} below 1e-30": (lambda fn: lambda d: fn(_t([1e-300, 1e-200, 1e-35, 0.5, 0], torch.float64, d)))(
+        getattr(torch.special, name))
+       for name in ("bessel_y0", "bessel_y1", "modified_bessel_k0", "modified_bessel_k1",
+                    "scaled_modified_bessel_k0", "scaled_modified_bessel_k1")},
+    # a pointwise op's out= of a narrower dtype: computed in the inputs' dtype, then rounded
+    **{f"{name} of float64 into a float32 out=": (lambda fn: lambda d: fn(
+        _t([1e100, -1e-300, 0.5, 3.0, -2.5], torch.float64, d), out=torch.empty(5, device=d)))(
+        getattr(torch.special, name))
+       for name in ("i1", "entr", "bessel_j0", "ndtri", "modified_bessel_k0", "erfcx", "log_ndtr")},
+    "logit with eps above 0.5": lambda d: torch.logit(_t([0.0, 0.3, 0.5, 0.9, 1.0, _NAN], torch.float64, d), eps=0.6),
+    "matrix_exp of an all-inf matrix": lambda d: torch.linalg.matrix_exp(torch.full((2, 2), _INF, device=d)),
+    **{f"lstsq of {tuple(a)} by {tuple(b)}": (lambda a, b: lambda d: torch.linalg.lstsq(
+        torch.ones(a, device=d), torch.ones(b, device=d)).solution)(a, b)
+       for a, b in [((6, 3), (5, 2)), ((2, 6, 3), (3, 6, 2)), ((2, 1, 6, 3), (3, 6, 2, 1)), ((3,), (3,)),
+                    ((6, 3), (2, 6, 2)), ((2, 6, 3), (6,)), ((6, 3), (2, 6))]},
+    # LAPACK's gels solves by QR, without rcond
+    "lstsq gels ignores rcond": lambda d: torch.linalg.lstsq(
+        _t([[3.0, 0, 0], [0, 1.2, 0], [0, 0, 0.5], [1, 1, 1]], torch.float64, d),
+        _t([[1.0], [2], [3], [4]], torch.float64, d), rcond=0.5, driver="gels").solution,
 }  # fmt: skip
 
 

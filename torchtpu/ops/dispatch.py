@@ -675,7 +675,7 @@ def _build(entry, values, call, key):
     readers = _readers(entry, values, call)
     lowering_positions = sch.lowering_positions
     ctx_args = [_lowering_view(meta_values)[i] for i in sch.lowering_positions]
-    out_meta = [m for m, _ in expected]
+    out_meta = _computed_metas(sch, meta_values, [m for m, _ in expected])
     precision = matmul_precision()
     n_in = len(input_slots)
     op = sch.op
@@ -796,6 +796,23 @@ def _match_resized_out_layout(sch, values, meta_values, call):
         if (p in resized and isinstance(f, torch.Tensor) and f.shape == m.shape and f.stride() != m.stride()
                 and written_checks.non_overlapping_and_dense(f)):
             m.as_strided_(f.shape, f.stride())
+
+
+def _computed_metas(sch, meta_values, out_meta):
+    """The outputs as the lowering computes them: a pointwise op's out=
+    tensors carry the functional op's dtype (TensorIterator computes in the
+    inputs' common dtype and casts on the store: `special.i1(x_f64,
+    out=f32)` is i1 in float64, then rounded), the rest as they are."""
+    outs = [p for p in sch.mutated if sch.op._schema.arguments[p].is_out]
+    if not outs or torch.Tag.pointwise not in sch.op.tags or len(outs) != len(sch.mutated):
+        return out_meta
+    first = len(out_meta) - len(outs)  # (the mutated arguments' entries come last, in order)
+    computed = list(out_meta)
+    for k, f in enumerate(written_checks.functional_meta_result(sch, meta_values)):
+        m = out_meta[first + k] if first + k < len(out_meta) else None
+        if isinstance(f, torch.Tensor) and isinstance(m, torch.Tensor) and f.shape == m.shape and f.dtype != m.dtype:
+            computed[first + k] = f
+    return computed
 
 
 def _mutation_target(kernel, call, position, real, meta, single):

@@ -529,6 +529,8 @@ def linalg_matrix_exp(ctx, A):
         return jnp.where(i < s[..., None, None], jnp.matmul(E, E, precision=ctx.precision), E)
 
     result = lax.fori_loop(0, jnp.max(s, initial=0), square, _taylor_exp(X, ctx.precision))
+    # (an inf or nan entry: ATen's scaling gives nan everywhere; all-inf squared stayed inf here)
+    result = jnp.where(jnp.isfinite(norm)[..., None, None], result, jnp.nan)
     return result.astype(A.dtype)
 
 
@@ -570,9 +572,11 @@ def _lstsq(A, B, rcond=None, driver=None):
     driver = driver or "gelsy"
     if driver not in ("gels", "gelsy", "gelsd", "gelss"):
         raise RuntimeError(f"parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    vector = _lstsq_check_shapes(A, B)
     m, n = A.shape[-2:]
-    vector = B.dim() == A.dim() - 1
-    if rcond is None:
+    if driver == "gels":
+        rcond = 0.0  # (LAPACK's gels takes no rcond: a QR solve of the whole matrix)
+    elif rcond is None:
         rcond = float(torch.finfo(A.dtype).eps) * max(m, n)
     x, residuals, rank, s = _lstsq_kernel(materialize(A), materialize(B), vector, float(rcond), matmul_precision())
     real = A.real.dtype if A.is_complex() else A.dtype
@@ -590,6 +594,28 @@ def _lstsq(A, B, rcond=None, driver=None):
         if full:
             res_t = wrap(residuals, real, device)
     return solution, res_t, rank_t, sv_t
+
+
+def _lstsq_check_shapes(A, B):
+    """ATen's shape checks, in its order, with its messages; whether B is a
+    (batch of) vector(s): one dimension short, its leading sizes A's."""
+    if A.dim() < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if not 0 <= A.dim() - B.dim() <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
+    vector = B.dim() == A.dim() - 1 and B.shape == A.shape[:-1]
+    if vector:
+        return True
+    if B.shape[-2] != A.shape[-2]:
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    if B.dim() == A.dim():  # the batch dimensions broadcast: PyTorch's own error when not
+        flag = torch.zeros((), dtype=torch.bool)
+        flag.expand(A.shape[:-2]) | flag.expand(B.shape[:-2])
+    else:
+        raise RuntimeError(f"torch.linalg.lstsq: other of shape {tuple(B.shape)} is neither a batch of vectors nor "
+                           f"a batch of matrices for input of shape {tuple(A.shape)}; give it input.dim() dimensions")
+    return False
 
 
 @special(aten.linalg_lstsq.default)
