@@ -366,6 +366,27 @@ def test_step_counts_update_as_one_vector_and_fall_back_when_it_disagrees(monkey
         assert len(scattered) == (0 if wrong_first_result else 3)
 
 
+def test_linalg_with_error_checks_dist_and_broadcast_complex_lower_whole():
+    # Non-_ex linalg ops reach the graph as with_effects(token, _linalg_check_errors, ...)
+    # (graph._inline_effect_tokens); torch.dist and broadcasting torch.complex
+    # had no graph lowering: each made its whole graph run op by op.
+    def f(a, b, re, im):
+        inverse = torch.linalg.inv(a) * 2 + torch.linalg.solve(a, b) + torch.linalg.cholesky(a @ a.T)
+        return inverse, torch.dist(a, b, 3.0), torch.complex(re, im)
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 4, generator=g) + 4 * torch.eye(4)
+    args = [a, torch.randn(4, 4, generator=g), torch.randn(3, 1, generator=g), torch.randn(4, generator=g)]
+    before = torchtpu.compile_stats()["eager_fallback_graphs"]
+    compiled = torch.compile(f, backend="tpu")
+    for got, want in zip(compiled(*[t.to("tpu") for t in args]), f(*args)):
+        assert_close(got, want, **TOL)
+    assert torchtpu.compile_stats()["eager_fallback_graphs"] == before
+    # the checks stay: a singular input raises (at the next synchronization, as on CUDA)
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        compiled(*[t.to("tpu") for t in [torch.zeros(4, 4)] + args[1:]])[0].cpu()
+
+
 def test_multiple_outputs_and_dtypes():
     def f(x, i):
         return x.softmax(-1), x.argmax(-1), (x > 0).sum(), x[i].to(torch.bfloat16)

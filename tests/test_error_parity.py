@@ -429,6 +429,7 @@ REPORTED = {
         torch.ones(a, device=d), torch.ones(b, device=d)).solution)(a, b)
        for a, b in [((6, 3), (5, 2)), ((2, 6, 3), (3, 6, 2)), ((2, 1, 6, 3), (3, 6, 2, 1)), ((3,), (3,)),
                     ((6, 3), (2, 6, 2)), ((2, 6, 3), (6,)), ((6, 3), (2, 6))]},
+    "nonzero_static of an empty input": lambda d: torch.nonzero_static(torch.ones(5, 0, 5, device=d), size=4),
     # LAPACK's gels solves by QR, without rcond
     "lstsq gels ignores rcond": lambda d: torch.linalg.lstsq(
         _t([[3.0, 0, 0], [0, 1.2, 0], [0, 0, 0.5], [1, 1, 1]], torch.float64, d),

@@ -40,6 +40,11 @@ def _check_mode(mode):
 
 
 _decomposition_table = {}
+# Ops outside core aten that eager mode runs through their composite kernels
+# and PyTorch has decompositions for: without one a graph holding them ran
+# op by op (torch.dist; _batch_norm_with_update called directly)
+_MORE_DECOMPOSED = (torch.ops.aten.dist.default, torch.ops.aten.batch_norm_backward.default,
+                    torch.ops.aten._batch_norm_with_update_functional.default)
 
 
 def decompositions():
@@ -48,11 +53,13 @@ def decompositions():
 
     Built once per state of the lowering tables: building it costs ~0.15 s,
     which every graph (each graph break) of a cold or warm start paid."""
-    from torch._decomp import core_aten_decompositions
+    from torch._decomp import core_aten_decompositions, decomposition_table
 
     version = (len(LOWERINGS), len(VIEW_LOWERINGS))
     if version not in _decomposition_table:
-        table = {op: fn for op, fn in core_aten_decompositions().items() if find_graph_lowering(op) is None}
+        table = dict(core_aten_decompositions())
+        table.update((op, decomposition_table[op]) for op in _MORE_DECOMPOSED if op in decomposition_table)
+        table = {op: fn for op, fn in table.items() if find_graph_lowering(op) is None}
         _decomposition_table.clear()
         _decomposition_table[version] = table
     return _decomposition_table[version]

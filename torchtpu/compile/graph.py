@@ -33,6 +33,41 @@ aten = torch.ops.aten
 GRAPHSAFE_RNG = torch._prims.rng_prims.graphsafe_run_with_rng_state
 
 
+WITH_EFFECTS = torch.ops.higher_order.with_effects
+
+
+def _inline_effect_tokens(gm):
+    """AOTAutograd threads an effect token through ops with side effects
+    (`with_effects(token, aten._linalg_check_errors, info, ...)`, from every
+    non-`_ex` linalg op): the executable runs its nodes in order anyway, so
+    each becomes a plain call of its op, and the token it returns the token
+    it was given -- the graph hands AOTAutograd's runtime its own token
+    placeholder back."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not WITH_EFFECTS:
+            continue
+        token, op, *args = node.args
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(op, tuple(args), dict(node.kwargs))
+        call.meta["val"] = node.meta["val"][1] if len(node.meta["val"]) == 2 else tuple(node.meta["val"][1:])
+        single = len(node.meta["val"]) == 2
+        for user in list(node.users):
+            if user.target is not operator.getitem:
+                raise Unlowerable("with_effects used other than through getitem")
+            if user.args[1] == 0:
+                user.replace_all_uses_with(token)
+            elif single:
+                user.replace_all_uses_with(call)
+            else:
+                with gm.graph.inserting_after(call):
+                    item = gm.graph.call_function(operator.getitem, (call, user.args[1] - 1))
+                item.meta["val"] = user.meta.get("val")
+                user.replace_all_uses_with(item)
+            gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
+    gm.recompile()
+
+
 def _unwrapped(node):
     """(op, args, kwargs) a node computes: a graph-safe random op's own."""
     if node.target is GRAPHSAFE_RNG:
@@ -80,6 +115,7 @@ def _is_tpu_or_scalar(val):
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule):
+        _inline_effect_tokens(gm)
         self.gm = gm
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output_node = next(n for n in gm.graph.nodes if n.op == "output")
@@ -128,7 +164,9 @@ class GraphLowering:
         _reject_bool_views_written_back_as_bytes(gm)
         returned = []
         map_arg(self.output_node.args[0], returned.append)
-        if any(n in self.from_constants and not _is_tpu_or_scalar(_meta(n)) for n in returned):
+        # (a CPU input returned as it is, an effect token, is the caller's own tensor)
+        if any(n in self.from_constants and n.op != "placeholder" and not _is_tpu_or_scalar(_meta(n))
+               for n in returned):
             raise Unlowerable("the graph returns a CPU tensor")
 
     def fingerprint(self):

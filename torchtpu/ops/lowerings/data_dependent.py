@@ -120,8 +120,8 @@ def nonzero_out(self, *, out):
 
 @lower(aten.nonzero_static.default, aten.nonzero_static.out)
 def nonzero_static(ctx, self, size, fill_value=-1):
-    if self.ndim == 0:
-        return jnp.full((size, 0), fill_value, jnp.int64)
+    if self.ndim == 0 or self.size == 0:  # (JAX fills an empty input's rows with 0)
+        return jnp.full((size, self.ndim), fill_value, jnp.int64)
     return jnp.stack(jnp.nonzero(self, size=size, fill_value=fill_value), axis=1).astype(jnp.int64)
 
 

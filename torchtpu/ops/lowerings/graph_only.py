@@ -228,7 +228,8 @@ def neg_view(ctx, x):
 def complex_(ctx, real, imag):
     dtype = ctx.out_dtype
     part = jnp.float64 if dtype == jnp.complex128 else jnp.float32
-    return lax.complex(real.astype(part), imag.astype(part)).astype(dtype)
+    real, imag = jnp.broadcast_arrays(real.astype(part), imag.astype(part))  # (lax.complex does not broadcast)
+    return lax.complex(real, imag).astype(dtype)
 
 
 @lower_view(aten.polar)
