@@ -387,6 +387,31 @@ def test_linalg_with_error_checks_dist_and_broadcast_complex_lower_whole():
         compiled(*[t.to("tpu") for t in [torch.zeros(4, 4)] + args[1:]])[0].cpu()
 
 
+def test_bilinear_and_cholesky_solve_lower_whole_with_their_gradients():
+    # (compile/decompositions.py: eager runs both through composite kernels no PyTorch table decomposes)
+    import torch.nn.functional as F
+
+    def f(x1, x2, w, b, rhs, chol):
+        return F.bilinear(x1, x2, w, b).sum() + torch.cholesky_solve(rhs, chol).sum() + \
+            torch.cholesky_solve(rhs, chol.mT, upper=True).square().sum()
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(2, 1, 4, 4, generator=g)
+    chol = torch.linalg.cholesky(a @ a.mT + 4 * torch.eye(4))
+    args = [torch.randn(2, 5, 3, generator=g), torch.randn(2, 5, 4, generator=g), torch.randn(6, 3, 4, generator=g),
+            torch.randn(6, generator=g), torch.randn(3, 4, 2, generator=g), chol]
+    cpu = [t.clone().requires_grad_() for t in args]
+    tpu = [t.to("tpu").requires_grad_() for t in args]
+    before = torchtpu.compile_stats()["eager_fallback_graphs"]
+    got, want = torch.compile(f, backend="tpu")(*tpu), f(*cpu)
+    got.backward()
+    want.backward()
+    assert_close(got, want, **TOL)
+    for t, c in zip(tpu, cpu):
+        assert_close(t.grad, c.grad, **TOL)
+    assert torchtpu.compile_stats()["eager_fallback_graphs"] == before
+
+
 def test_multiple_outputs_and_dtypes():
     def f(x, i):
         return x.softmax(-1), x.argmax(-1), (x > 0).sum(), x[i].to(torch.bfloat16)

@@ -10,8 +10,8 @@ import logging
 
 import torch
 
-from ..ops.registry import LOWERINGS, VIEW_LOWERINGS, find_graph_lowering
 from ..runtime.gc_pause import gc_paused
+from .decompositions import decompositions
 from .options import Options
 from .output_code import TpuGraphCode, caches_keep_graphs, compiling_with, graph_runner, prepare
 
@@ -37,32 +37,6 @@ def _check_mode(mode):
         _noted_modes.add(mode)
         log.warning("torchtpu.compile: mode=%r has no effect with backend='tpu' (every graph is one XLA "
                     "executable already); use options={...} for this backend's settings", mode)
-
-
-_decomposition_table = {}
-# Ops outside core aten that eager mode runs through their composite kernels
-# and PyTorch has decompositions for: without one a graph holding them ran
-# op by op (torch.dist; _batch_norm_with_update called directly)
-_MORE_DECOMPOSED = (torch.ops.aten.dist.default, torch.ops.aten.batch_norm_backward.default,
-                    torch.ops.aten._batch_norm_with_update_functional.default)
-
-
-def decompositions():
-    """PyTorch's core-aten decompositions for ops we do not lower; ops we
-    lower (addmm, convolution, the norms, ...) stay whole for XLA.
-
-    Built once per state of the lowering tables: building it costs ~0.15 s,
-    which every graph (each graph break) of a cold or warm start paid."""
-    from torch._decomp import core_aten_decompositions, decomposition_table
-
-    version = (len(LOWERINGS), len(VIEW_LOWERINGS))
-    if version not in _decomposition_table:
-        table = dict(core_aten_decompositions())
-        table.update((op, decomposition_table[op]) for op in _MORE_DECOMPOSED if op in decomposition_table)
-        table = {op: fn for op, fn in table.items() if find_graph_lowering(op) is None}
-        _decomposition_table.clear()
-        _decomposition_table[version] = table
-    return _decomposition_table[version]
 
 
 def _compiler(options, kind, graph_id):
