@@ -412,6 +412,18 @@ def test_bilinear_and_cholesky_solve_lower_whole_with_their_gradients():
     assert torchtpu.compile_stats()["eager_fallback_graphs"] == before
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"atol": 0.5}, {"rtol": 0.3}, {"atol": 0.2, "rtol": 0.1}, {"hermitian": True}])
+def test_pinv_lowers_whole_with_its_tolerances(kwargs):
+    # (its atol/rtol tensor overload has no PyTorch decomposition: compile/decompositions.py)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(2, 5, 2, generator=g, dtype=torch.float64) @ torch.randn(2, 2, 5, generator=g, dtype=torch.float64)
+    a = a + a.mT + torch.diag(torch.tensor([0.0, 0.1, 0.4, 1.0, 3.0], dtype=torch.float64))  # (rank 5, small values)
+    before = torchtpu.compile_stats()["eager_fallback_graphs"]
+    got = torch.compile(lambda x: torch.linalg.pinv(x, **kwargs), backend="tpu")(a.to("tpu"))
+    assert_close(got, torch.linalg.pinv(a, **kwargs))
+    assert torchtpu.compile_stats()["eager_fallback_graphs"] == before
+
+
 def test_multiple_outputs_and_dtypes():
     def f(x, i):
         return x.softmax(-1), x.argmax(-1), (x > 0).sum(), x[i].to(torch.bfloat16)

@@ -35,7 +35,34 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     return product.sum(list(sumdim)) if sumdim else product
 
 
-_OURS = {aten.cholesky_solve.default: _cholesky_solve, aten._trilinear.default: _trilinear}
+def _pinv(A, atol=None, rtol=None, hermitian=False):
+    """ATen's linalg_pinv: singular values (|eigenvalues| for hermitian A)
+    above max(atol, rtol * the largest) inverted, the rest dropped; rtol
+    defaults to eps * max(m, n), or 0 where a positive atol is given."""
+    m, n = A.shape[-2:]
+    if A.numel() == 0:
+        return A.new_zeros(A.shape[:-2] + (n, m))
+    real = A.real.dtype if A.is_complex() else A.dtype
+    zero = torch.zeros((), dtype=torch.float64, device=A.device)
+    if rtol is None:
+        rtol = torch.full((), torch.finfo(real).eps * max(m, n), dtype=torch.float64, device=A.device)
+        if atol is not None:
+            rtol = torch.where(atol > 0, zero, rtol)
+    atol = zero if atol is None else atol
+    if hermitian:
+        S, U = torch.linalg.eigh(A)
+        size = S.abs()
+        tol = torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * size.amax(-1, keepdim=True))
+        inverse = torch.where(size > tol, S.reciprocal(), torch.zeros((), dtype=S.dtype, device=A.device))
+        return (U * inverse.to(A.dtype).unsqueeze(-2)) @ U.mH
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    tol = torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * S[..., :1])
+    inverse = torch.where(S > tol, S.reciprocal(), torch.zeros((), dtype=S.dtype, device=A.device))
+    return (Vh.mH * inverse.to(A.dtype).unsqueeze(-2)) @ U.mH
+
+
+_OURS = {aten.cholesky_solve.default: _cholesky_solve, aten._trilinear.default: _trilinear,
+         aten.linalg_pinv.atol_rtol_tensor: _pinv}
 
 _table = {}
 
