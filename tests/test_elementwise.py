@@ -885,3 +885,17 @@ def test_lgamma_is_exactly_zero_at_its_roots():
     # (XLA's float32 lgamma gave 4.8e-7 at 1: Poisson's log_prob of 0 and 1 counts)
     for dtype in (torch.float32, torch.float64, torch.bfloat16):
         assert torch.lgamma(torch.tensor([1.0, 2.0], dtype=dtype, device="tpu")).tolist() == [0.0, 0.0]
+
+
+def test_incomplete_gamma_at_large_a_matches_mpmath():
+    # Temme's expansion past a = 1e3 (JAX's iterations drift as a grows; torch's CPU kernel is 1e-11 off here)
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 30
+    a = torch.tensor([2e3, 2e3, 1e4, 1e5, 1e6, 1e6], dtype=torch.float64)
+    x = a * torch.tensor([0.97, 1.0, 1.001, 0.999, 1.0001, 1.003], dtype=torch.float64)
+    upper = torch.igammac(a.to("tpu"), x.to("tpu")).cpu()
+    lower = torch.igamma(a.to("tpu"), x.to("tpu")).cpu()
+    for k in range(len(a)):
+        q = mpmath.gammainc(mpmath.mpf(a[k].item()), mpmath.mpf(x[k].item()), mpmath.inf, regularized=True)
+        assert abs(upper[k].item() - float(q)) < 1e-14
+        assert abs(lower[k].item() - float(1 - q)) < 1e-14

@@ -290,20 +290,24 @@ def _gammaincc(a, x):
     return jnp.where(jnp.isposinf(a), jnp.where(jnp.isfinite(x) & (x >= 0), 1, jnp.nan), r).astype(r.dtype)
 
 
-# Past a = 1e5 (float64; 100 in float32, where its next term is below
-# rounding) the incomplete gammas come from Temme's uniform asymptotic
-# expansion (as Cephes' do near x ~ a): JAX's series and continued fraction
-# lose ~1e-10 there by 1e3 and 1e-6 by 1e9 (float32: 1e-2 by 1e5), and
-# never return at 1e20.
+# Past a = 1e3 (float64; 100 in float32) the incomplete gammas come from
+# Temme's uniform asymptotic expansion, as Cephes' do near x ~ a: JAX's
+# series and continued fraction drift as a grows (1e-8 off at 1e7, 1e-6 at
+# 1e9; float32: 1e-2 at 1e5) and never return at 1e20.  Against mpmath the
+# expansion is within 1e-14 (float64) from 1e3 on, where torch's CPU kernel
+# is 1e-11..1e-10 off.
 def _temme_from(dtype):
-    return 1e5 if dtype == jnp.float64 else 100.0
+    return 1e3 if dtype == jnp.float64 else 100.0
 
-# c0(eta) and c1(eta) as power series near eta = 0, where their closed forms
+# c0, c1 and c2 (of eta) as power series near eta = 0, where their closed forms
 # cancel (derived from eta^2 / 2 = mu - log(1 + mu) by series reversion)
 _TEMME_C0 = (-1 / 3, 1 / 12, -2 / 135, 1 / 864, 1 / 2835, -139 / 777600, 1 / 25515, -571 / 261273600,
              -281 / 151559100, 163879 / 197522841600, -5221 / 29554024500)
 _TEMME_C1 = (-1 / 540, -1 / 288, 1 / 378, -77 / 77760, 1 / 4860, -1 / 2488320, -2743 / 151559100,
              41969 / 5486745600, -11 / 6823440)
+_TEMME_C2 = (25 / 6048, -139 / 51840, 1 / 1296, 1 / 497664, -6199 / 57736800, 5531 / 104509440,
+             -1219 / 95528160, 19321 / 564350976000, 121 / 88179840, -5118973 / 8126654054400,
+             834489499 / 5843512659600000)
 
 
 def _temme_region(a, x):
@@ -327,10 +331,10 @@ def _log1pmx(mu):
 
 
 def _temme(a, x):
-    """(Q, P) by Temme's expansion to its second term: Q = erfc(eta
-    sqrt(a/2)) / 2 + exp(-a eta^2 / 2) / sqrt(2 pi a) (c0 + c1 / a), with
-    mu = x/a - 1 and eta = sign(mu) sqrt(2 (mu - log(1 + mu))); the next
-    term is below 1e-15 relative for a > 1e5 (1e-8 for a > 100)."""
+    """(Q, P) by Temme's expansion to its third term: Q = erfc(eta
+    sqrt(a/2)) / 2 + exp(-a eta^2 / 2) / sqrt(2 pi a) (c0 + c1 / a + c2 /
+    a^2), with mu = x/a - 1 and eta = sign(mu) sqrt(2 (mu - log(1 + mu)));
+    the next term is below 1e-14 for a > 1e3 (1e-10 for a > 100)."""
     start = _temme_from(a.dtype)
     safe_a = jnp.where(a > start, a, start * 2)
     mu = (x - safe_a) / safe_a
@@ -340,7 +344,12 @@ def _temme(a, x):
     c0 = jnp.where(near, jnp.polyval(jnp.asarray(_TEMME_C0[::-1], eta.dtype), eta), 1 / mu_far - 1 / eta_far)
     c1_far = 1 / eta_far**3 - 1 / mu_far**3 - 1 / mu_far**2 - 1 / (12 * mu_far)
     c1 = jnp.where(near, jnp.polyval(jnp.asarray(_TEMME_C1[::-1], eta.dtype), eta), c1_far)
-    r = jnp.exp(-safe_a * eta * eta / 2) / jnp.sqrt(2 * math.pi * safe_a) * (c0 + c1 / safe_a)
+    # c2 = (1/eta) c1'(eta) + 1 / (288 mu), the recursion c_k = c_{k-1}' / eta + (-1)^k gamma_k / mu
+    # (gamma_k: Stirling's series of Gamma)
+    c2_far = -3 / eta_far**5 + (1 + mu_far) * (3 / mu_far**5 + 2 / mu_far**4 + 1 / (12 * mu_far**3)) + 1 / (288 * mu_far)
+    c2 = jnp.where(near, jnp.polyval(jnp.asarray(_TEMME_C2[::-1], eta.dtype), eta), c2_far)
+    series = c0 + (c1 + c2 / safe_a) / safe_a
+    r = jnp.exp(-safe_a * eta * eta / 2) / jnp.sqrt(2 * math.pi * safe_a) * series
     z = eta * jnp.sqrt(safe_a / 2)
     return lax.erfc(z) / 2 + r, lax.erfc(-z) / 2 - r
 
