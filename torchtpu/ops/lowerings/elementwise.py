@@ -282,28 +282,43 @@ def _digamma(x):
 
 
 def _polygamma(n, x):
-    """n >= 1.  x < 0: shift up by k = ceil(-x) to y = x + k in [0, 1) with
-    psi_n(x) = psi_n(y) + (-1)^(n+1) n! sum_{m=1..k} (y - m)^-(n+1)
-    (what ATen's Hurwitz-zeta form computes; lax.polygamma needs x > 0).
-    The sum's terms nearest the pole are added one by one, its tail
-    m > _NEAR as a difference of Hurwitz zetas: a loop to k hung for
-    x = -inf or -1e30 (found by a fuzzer)."""
-    s = n + 1
-    shift = jnp.where(x < 0, jnp.ceil(-x), 0)
-    y = jnp.where(x < 0, x + shift, x)
-    acc = jnp.zeros_like(x)
-    for m in range(1, _NEAR + 1):
-        acc = acc + jnp.where(m <= shift, (m - y) ** -s, 0)
-    far = shift > _NEAR
-    q = jnp.where(far, 1 - y, 1)
-    acc = acc + jnp.where(far, jsp.zeta(s, q + _NEAR) - jsp.zeta(s, jnp.where(far, shift + 1 - y, 2)), 0)
-    sign = 1.0 if n % 2 else -1.0
-    r = lax.polygamma(jnp.asarray(n, x.dtype), y) + sign * math.factorial(n) * (-1) ** s * acc
+    """n >= 2.  x < 0 by the reflection psi_n(x) = (-1)^n psi_n(1 - x) -
+    pi d^n/dx^n cot(pi x) (lax.polygamma needs x > 0), the derivative a
+    polynomial in cot(pi x) (_cot_derivative).  It does not cancel where the
+    value is small: psi_10(-10.5) is -1.348e-5, which ATen's Hurwitz-zeta
+    form gets 1% wrong and a shift to [0, 1) got with the wrong sign."""
+    negative = x < 0
+    cot = _cot_pi(jnp.where(negative, x - jnp.trunc(x), 0.5))
+    reflected = (-1) ** n * lax.polygamma(jnp.asarray(n, x.dtype), jnp.where(negative, 1 - x, 1))
+    reflected = reflected - math.pi ** (n + 1) * _cot_derivative(n, cot)
+    r = jnp.where(negative, reflected, lax.polygamma(jnp.asarray(n, x.dtype), jnp.where(negative, 1, x)))
     r = jnp.where(x == jnp.inf, jnp.nan, r)  # (ATen's zeta at q = inf)
+    sign = 1.0 if n % 2 else -1.0
     return jnp.where((x <= 0) & (x == jnp.trunc(x)), sign * jnp.inf, r)  # (poles, -inf too)
 
 
-_NEAR = 16
+def _cot_pi(f):
+    """cot(pi f) for f in (-1, 1), accurate near every pole and exactly 0 at
+    f = +-1/2 (tan(pi/2) is not infinite in floating point): f is moved by
+    its period to g in [-1/2, 1/2], then 1 / tan(pi g) near 0 and tan(pi
+    (+-1/2 - g)) nearer the half-integers -- each shift exact."""
+    g = f - jnp.round(f)
+    half = jnp.where(g > 0, 0.5, -0.5)
+    near_zero = jnp.abs(g) <= 0.25
+    return jnp.where(near_zero, 1 / jnp.tan(math.pi * jnp.where(near_zero, g, 0.25)), jnp.tan(math.pi * (half - g)))
+
+
+def _cot_derivative(n, c):
+    """d^n/du^n cot(u) as the polynomial P_n(cot u): P_0(c) = c and
+    P_{k+1}(c) = -(1 + c^2) P_k'(c), evaluated by Horner."""
+    coeffs = [0, 1]  # P_0, lowest degree first
+    for _ in range(n):
+        d = [k * coeffs[k] for k in range(1, len(coeffs))] + [0, 0]  # P_k', padded
+        coeffs = [-(d[k] + (d[k - 2] if k >= 2 else 0)) for k in range(len(coeffs) + 1)]
+    result = jnp.zeros_like(c)
+    for coefficient in reversed(coeffs):
+        result = result * c + coefficient
+    return result
 
 
 def _trigamma(x):
