@@ -272,22 +272,21 @@ def _zeta(x, q):
     return jnp.where(x < 1, jnp.nan, r)
 
 
-def _gammainc(a, x):
-    """The regularized lower incomplete gamma with torch's (Cephes')
-    conventions: 1 at a = 0 for every x > 0, 0 at a = inf for finite x and
-    nan at a = x = inf (JAX gives nan, nan and 1)."""
-    temme, a_small, x_small = _temme_region(a, x)
-    r = jnp.where(temme, _temme(a, x)[1], jsp.gammainc(a_small, x_small))
-    r = jnp.where((a == 0) & (x > 0), 1, r)
-    return jnp.where(jnp.isposinf(a), jnp.where(jnp.isfinite(x) & (x >= 0), 0, jnp.nan), r).astype(r.dtype)
+def _incomplete_gamma(upper):
+    """The regularized incomplete gamma, lower (P) or upper (Q = 1 - P),
+    with torch's (Cephes') conventions: P = 1 at a = 0 for every x > 0, P =
+    0 at a = inf for finite x >= 0 and nan at a = x = inf (JAX gives nan,
+    nan and 1)."""
+    from_jax = jsp.gammaincc if upper else jsp.gammainc
+    at_zero, at_inf = (0, 1) if upper else (1, 0)
 
+    def fn(a, x):
+        temme, a_small, x_small = _temme_region(a, x)
+        r = jnp.where(temme, _temme(a, x)[0 if upper else 1], from_jax(a_small, x_small))
+        r = jnp.where((a == 0) & (x > 0), at_zero, r)
+        return jnp.where(jnp.isposinf(a), jnp.where(jnp.isfinite(x) & (x >= 0), at_inf, jnp.nan), r).astype(r.dtype)
 
-def _gammaincc(a, x):
-    """The upper one, 1 - _gammainc with the same conventions."""
-    temme, a_small, x_small = _temme_region(a, x)
-    r = jnp.where(temme, _temme(a, x)[0], jsp.gammaincc(a_small, x_small))
-    r = jnp.where((a == 0) & (x > 0), 0, r)
-    return jnp.where(jnp.isposinf(a), jnp.where(jnp.isfinite(x) & (x >= 0), 1, jnp.nan), r).astype(r.dtype)
+    return fn
 
 
 # Past a = 1e3 (float64; 100 in float32) the incomplete gammas come from
@@ -370,8 +369,8 @@ BINARY = {
     aten.special_zeta: _zeta,
     aten.special_xlog1py: _xlog1py,
     aten.special_xlogy: _xlogy,
-    aten.igamma: _gammainc,
-    aten.igammac: _gammaincc,
+    aten.igamma: _incomplete_gamma(upper=False),
+    aten.igammac: _incomplete_gamma(upper=True),
 }
 
 for _op, _fn in BINARY.items():
