@@ -2265,3 +2265,43 @@ def test_dynamic_reductions_over_the_padded_dim_stay_bucketed(name):
         assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-4)
     forward = [g for g in _graph_stats()["per_graph"] if g["name"].endswith("forward")]
     assert [g["compilations"] for g in forward] == [3]
+
+
+def test_a_factory_lands_on_the_device_it_names():
+    """One executable runs on one device: a graph with no tpu input runs on
+    its factories' device (not the current one), a graph naming another
+    device than its inputs' runs op by op, as eager would place it."""
+    ones = torch.compile(lambda: torch.ones(2, device="tpu:1"), backend="tpu")()
+    assert ones.device == torch.device("tpu:1") and ones.cpu().tolist() == [1.0, 1.0]
+    x, zeros = torch.compile(lambda x: (x + 1, torch.zeros(2, device="tpu:1")), backend="tpu")(
+        torch.ones(2, device="tpu:0"))
+    assert (x.device, zeros.device) == (torch.device("tpu:0"), torch.device("tpu:1"))
+    with pytest.raises(RuntimeError, match="Invalid device ordinal"):
+        torch.compile(lambda: torch.ones(2, device="tpu:9"), backend="tpu")()
+
+
+def test_inputs_on_two_devices_and_a_step_over_a_split_model():
+    a, b = torch.compile(lambda a, b: (a * 2, b * 3), backend="tpu")(torch.ones(2, device="tpu:0"),
+                                                                      torch.ones(2, device="tpu:1"))
+    assert (a.device, b.device) == (torch.device("tpu:0"), torch.device("tpu:1"))
+    assert a.cpu().tolist() == [2.0, 2.0] and b.cpu().tolist() == [3.0, 3.0]
+
+    torch.manual_seed(0)
+    cpu_layers = [nn.Linear(4, 8), nn.Linear(8, 3)]
+    layers = [copy.deepcopy(cpu_layers[0]).to("tpu:0"), copy.deepcopy(cpu_layers[1]).to("tpu:1")]
+    x = torch.randn(5, 4)
+
+    def train(layers, x, device):
+        params = [p for layer in layers for p in layer.parameters()]
+        opt = torch.optim.AdamW(params, lr=0.1)
+        step = torch.compile(opt.step, backend="tpu") if device else opt.step
+        for _ in range(3):
+            h = layers[0](x.to(device[0]) if device else x).relu()
+            loss = layers[1](h.to(device[1]) if device else h).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            step()
+        return [p.detach() for p in params]
+
+    for got, want in zip(train(layers, x, ("tpu:0", "tpu:1")), train(cpu_layers, x, None)):
+        assert_close(got, want, **TOL)

@@ -290,3 +290,24 @@ def test_optimizer_foreach_step_bumps_parameter_versions():
     before = p._version
     opt.step()
     assert p._version == before + 1
+
+
+def test_lists_spanning_two_devices_run_per_device():
+    """CUDA's slow path: a list over tpu:0 and tpu:1 works element by element
+    (a compiled opt.step over a model split across devices issues these)."""
+    cpu_a, cpu_b, cpu_c = tensors(seed=0), tensors(seed=10), tensors(seed=20)
+    places = ["tpu:0", "tpu:1", "tpu:1", "tpu:0"]
+    a, b, c = ([t.to(d) for t, d in zip(ts, places)] for ts in (cpu_a, cpu_b, cpu_c))
+    scalars = [0.5, 2.0, -1.0, 3.0]
+
+    torch._foreach_add_(a, b, alpha=2)
+    torch._foreach_add_(cpu_a, cpu_b, alpha=2)
+    torch._foreach_addcmul_(a, b, c, torch.tensor(scalars))
+    torch._foreach_addcmul_(cpu_a, cpu_b, cpu_c, torch.tensor(scalars))
+    results = [a, torch._foreach_mul(a, scalars), torch._foreach_norm(a), torch._foreach_sqrt(torch._foreach_abs(a))]
+    expected = [cpu_a, torch._foreach_mul(cpu_a, scalars), torch._foreach_norm(cpu_a),
+                torch._foreach_sqrt(torch._foreach_abs(cpu_a))]
+    for got, want in zip(results, expected):
+        assert [t.device for t in got] == [torch.device(d) for d in places]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.cpu(), w)

@@ -19,7 +19,7 @@ from ..ops import aten_checks, promotion, scalar_overflow, transfer
 from ..ops.context import LoweringContext, matmul_scope
 from ..ops.registry import find_graph_lowering
 from ..ops.schema import schema_of
-from ..runtime import executable_cache
+from ..runtime import devices, executable_cache
 from ..runtime.dtypes import convert, to_jax, torch_to_numpy
 from . import control_flow
 from .dynamic import SIZE_QUERIES, SYMBOLIC_OPS, MaskRules, Unpaddable
@@ -161,6 +161,7 @@ class GraphLowering:
                 raise Unlowerable(f"FX node kind {node.op} ({node.target})")
         if self.subgraphs and self.symbolic:
             raise Unlowerable("torch.cond / while_loop in a dynamic-shape graph")
+        self.device = _single_device(gm)
         _reject_bool_views_written_back_as_bytes(gm)
         returned = []
         map_arg(self.output_node.args[0], returned.append)
@@ -436,6 +437,25 @@ def _inferred_meta(op, args, kwargs):
         raise Unlowerable(f"{op} without metadata")
     with mode:
         return op(*args, **kwargs)
+
+
+def _single_device(gm):
+    """The index of the one tpu device every tensor of the graph is on (a
+    factory's `device="tpu:2"` included), or None when no tensor is on a
+    tpu.  One executable runs on one device: a graph spanning several, or
+    naming one that does not exist, runs op by op (eager places each op
+    and raises eager's error)."""
+    found = set()
+    for node in gm.graph.nodes:
+        for val in _flat_meta(node.meta.get("val")):
+            if isinstance(val, torch.Tensor) and val.device.type == "tpu":
+                found.add(val.device.index)
+    if len(found) > 1:
+        raise Unlowerable(f"tensors on several devices ({', '.join(f'tpu:{i}' for i in sorted(found))})")
+    index = next(iter(found), None)
+    if index is not None and index >= devices.count():
+        raise Unlowerable(f"tensors on tpu:{index}, which does not exist")
+    return index
 
 
 def _moves_device(node):

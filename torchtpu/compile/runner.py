@@ -101,8 +101,8 @@ class CompiledGraph(DynamicCalls):
     def _lookup(self, key, call):
         """Completes an input-signature key with the device the call runs on
         and looks it up: (key, the executable or None), counted in the stats."""
-        if call.device is None:
-            call.device = _C._current_device()
+        if call.device is None:  # (no tpu input: where the graph's factories put their tensors)
+            call.device = self.graph.device if self.graph.device is not None else _C._current_device()
         key = tuple(key) + (call.device,)
         self.stats.requests += 1
         exe = self.executables.get(key)

@@ -78,7 +78,7 @@ def slow_path(name: str, overload: str, args, kwargs):
     if devices._forked_after_start:
         devices.check_not_forked()
     ensure_loaded()
-    from . import dispatch, fallback, special
+    from . import dispatch, fallback, foreach_devices, special
 
     op = resolve(name, overload)
     if _takes_generator(op):
@@ -88,6 +88,8 @@ def slow_path(name: str, overload: str, args, kwargs):
         from . import transfer
 
         return getattr(transfer, transfer_kernel)(*args, **kwargs), None
+    if name.startswith("aten::_foreach_") and foreach_devices.spans_devices(args, kwargs):
+        return foreach_devices.run_per_device(op, args, kwargs), None
     handler = special.handler_for(op, args, kwargs)
     if handler is not None:
         return handler(*args, **kwargs), None
