@@ -2305,3 +2305,25 @@ def test_inputs_on_two_devices_and_a_step_over_a_split_model():
 
     for got, want in zip(train(layers, x, ("tpu:0", "tpu:1")), train(cpu_layers, x, None)):
         assert_close(got, want, **TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_sort_and_running_extremes_along_a_dynamic_dim_share_buckets(dtype):
+    """A stable sort along a padded prefix keeps the real elements first when
+    the padding sorts last (NaN ascending, -inf descending, the integer
+    limits); cummax/cummin never see the padding.  Bucketed: one executable
+    per power of two, not per length."""
+    def f(x):
+        ascending = torch.sort(x, dim=1)[0]  # (unstable: CPU's order of ties is its own)
+        descending, order = torch.sort(x, dim=1, descending=True, stable=True)
+        peak, where = torch.cummax(x, 1)
+        return ascending, descending, order, peak, where, torch.cummin(x, 1)[0]
+
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    for n in range(2, 18):
+        x = torch.randint(-2, 3, (3, n, 2), generator=torch.Generator().manual_seed(n)).to(dtype)
+        if dtype.is_floating_point:  # (the values padding must not displace)
+            x[0, 0, 0], x[1, -1, 1], x[2, 0, 1] = float("nan"), float("-inf"), float("inf")
+        for got, want in zip(fn(x.to("tpu")), f(x)):
+            assert torch.equal(got.cpu(), want) or torch.allclose(got.cpu(), want, equal_nan=True), n
+    assert _graph_stats()["compilations"] <= 5  # lengths 2..17: buckets 2, 4, 8, 16, 32

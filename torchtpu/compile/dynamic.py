@@ -254,6 +254,12 @@ ROW_BY_ROW = {
 # (filled with the lowest value for a max): the index found is the true one
 ARG_EXTREMES = {aten.argmax.default: -jnp.inf, aten.argmin.default: jnp.inf, aten.max.dim: -jnp.inf,
                 aten.min.dim: jnp.inf}
+# Along a padded dim whose real elements are a prefix, a stable sort keeps
+# the real elements first when the padding sorts last (ties stay in input
+# order): op -> position of its `descending` argument.  A running max/min
+# needs nothing: the prefix never sees what follows it.
+PREFIX_SORTS = {aten.sort.default: 2, aten.sort.stable: 3}
+PREFIX_SCANS = {aten.cummax.default, aten.cummin.default}
 SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
 CONTRACTIONS = {aten.mm.default, aten.bmm.default, aten.addmm.default}
 PASS_THROUGH = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.lift_fresh_copy.default,
@@ -531,6 +537,14 @@ def _in_range(fill, dtype):
         info = jnp.iinfo(dtype)
         return info.max if fill > 0 else info.min
     return fill
+
+
+def _sorts_last(dtype, descending):
+    """The value a stable sort puts after every other (NaN is the largest
+    float in torch's order)."""
+    if descending:
+        return _in_range(-jnp.inf, dtype)
+    return jnp.nan if jnp.issubdtype(dtype, jnp.floating) else _in_range(jnp.inf, dtype)
 
 
 def _any(mask, dims, keepdim, shape):
@@ -1126,6 +1140,13 @@ class MaskRules:
         dims = _dims(values[dim_at] if dim_at < len(values) else None, x.ndim)
         keepdim = True if keepdim_at is None else bool(values[keepdim_at]) if keepdim_at < len(values) else False
         padded = [d for d in dims if d in self.shapes.padded_dims(meta)]
+        along_prefix = padded and len(dims) == 1 and self.shapes.is_prefix(meta.shape[dims[0]])
+        if along_prefix and (op in PREFIX_SORTS or op in PREFIX_SCANS):
+            if op in PREFIX_SORTS:
+                at = PREFIX_SORTS[op]
+                descending = bool(values[at]) if at < len(values) else False
+                values = [_neutral(x, _full(mask, x.shape), _sorts_last(x.dtype, descending))] + list(values[1:])
+            return fn(ctx, *values), [mask if isinstance(m, torch.Tensor) else None for m in out_meta]
         if padded:
             if op not in ARG_EXTREMES or len(dims) != 1 or not self.shapes.is_prefix(meta.shape[dims[0]]):
                 raise Unpaddable(f"{op} along a padded dim", self.shapes.padded_symbols([meta], padded))
