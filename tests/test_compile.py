@@ -2309,15 +2309,16 @@ def test_inputs_on_two_devices_and_a_step_over_a_split_model():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
 def test_sort_and_running_extremes_along_a_dynamic_dim_share_buckets(dtype):
-    """A stable sort along a padded prefix keeps the real elements first when
-    the padding sorts last (NaN ascending, -inf descending, the integer
-    limits); cummax/cummin never see the padding.  Bucketed: one executable
+    """A stable sort (topk, kthvalue) along a padded prefix keeps the real
+    elements first when the padding sorts last (NaN ascending, -inf
+    descending, the integer limits); cummax/cummin never see the padding.  Bucketed: one executable
     per power of two, not per length."""
     def f(x):
         ascending = torch.sort(x, dim=1)[0]  # (unstable: CPU's order of ties is its own)
         descending, order = torch.sort(x, dim=1, descending=True, stable=True)
         peak, where = torch.cummax(x, 1)
-        return ascending, descending, order, peak, where, torch.cummin(x, 1)[0]
+        selections = () if x.dtype == torch.bool else (torch.topk(x, 2, dim=1)[0], torch.kthvalue(x, 2, dim=1)[0])
+        return ascending, descending, order, peak, where, torch.cummin(x, 1)[0], *selections
 
     fn = torch.compile(f, backend="tpu", dynamic=True)
     for n in range(2, 18):

@@ -259,6 +259,10 @@ ARG_EXTREMES = {aten.argmax.default: -jnp.inf, aten.argmin.default: jnp.inf, ate
 # order): op -> position of its `descending` argument.  A running max/min
 # needs nothing: the prefix never sees what follows it.
 PREFIX_SORTS = {aten.sort.default: 2, aten.sort.stable: 3}
+# The k-th smallest / k largest of a padded prefix, for a k that is not a
+# size (so k <= the true length): op -> (position of k, of `largest` and its
+# default), padding sorted last as for PREFIX_SORTS.
+PREFIX_SELECTIONS = {aten.topk.default: (1, 3, True), aten.kthvalue.default: (1, None, False)}
 PREFIX_SCANS = {aten.cummax.default, aten.cummin.default}
 SOFTMAX_BACKWARD = {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default}
 CONTRACTIONS = {aten.mm.default, aten.bmm.default, aten.addmm.default}
@@ -724,7 +728,7 @@ class MaskRules:
         if op in ATTENTION:
             return self._attention(op, values, masks, in_metas, ctx)
         if op in ROW_BY_ROW and masks[0] is not None and not any(m is not None for m in masks[1:]):
-            return self._row_by_row(op, values, masks[0], in_metas[0], out_meta, lowering_fn, ctx)
+            return self._row_by_row(op, values, masks[0], in_metas, out_meta, lowering_fn, ctx)
         masked = [meta for meta, m in zip(in_metas, masks) if m is not None]
         if dynamic_gather.applies(op):
             try:
@@ -1132,9 +1136,11 @@ class MaskRules:
             return fn(ctx, *values), [_any(mask, dims, keepdim, x.shape)]
         return fn(ctx, *values), [mask]
 
-    def _row_by_row(self, op, values, mask, meta, out_meta, fn, ctx):
+    def _row_by_row(self, op, values, mask, in_metas, out_meta, fn, ctx):
         """Row-by-row ops (ROW_BY_ROW): the rows keep their mask; along a
-        padded prefix dim only the arg-extremes, with padding made to lose."""
+        padded prefix dim the arg-extremes, sorts and selections, with
+        padding made to lose, and running extremes."""
+        meta = in_metas[0]
         dim_at, keepdim_at = ROW_BY_ROW[op]
         x = values[0]
         dims = _dims(values[dim_at] if dim_at < len(values) else None, x.ndim)
@@ -1147,6 +1153,13 @@ class MaskRules:
                 descending = bool(values[at]) if at < len(values) else False
                 values = [_neutral(x, _full(mask, x.shape), _sorts_last(x.dtype, descending))] + list(values[1:])
             return fn(ctx, *values), [mask if isinstance(m, torch.Tensor) else None for m in out_meta]
+        if along_prefix and op in PREFIX_SELECTIONS and isinstance(in_metas[PREFIX_SELECTIONS[op][0]], int):
+            _, largest_at, largest = PREFIX_SELECTIONS[op]
+            if largest_at is not None and largest_at < len(values):
+                largest = bool(values[largest_at])
+            values = [_neutral(x, _full(mask, x.shape), _sorts_last(x.dtype, largest))] + list(values[1:])
+            out = _any(mask, dims, keepdim, x.shape)
+            return fn(ctx, *values), [out if isinstance(m, torch.Tensor) else None for m in out_meta]
         if padded:
             if op not in ARG_EXTREMES or len(dims) != 1 or not self.shapes.is_prefix(meta.shape[dims[0]]):
                 raise Unpaddable(f"{op} along a padded dim", self.shapes.padded_symbols([meta], padded))
