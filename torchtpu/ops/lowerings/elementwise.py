@@ -20,7 +20,9 @@ from jax.scipy import special as jsp
 
 from ...runtime.dtypes import to_jax
 from ..registry import lower
+from . import _special_coeffs as C
 from .common import acc_dtype, astype
+from .special_functions import zeta_large_q
 
 aten = torch.ops.aten
 
@@ -144,7 +146,7 @@ UNARY_FLOAT = {
     aten.sqrt.default: _sqrt,
     aten.rsqrt.default: lambda x: 1 / jnp.sqrt(x),
     aten.exp.default: jnp.exp,
-    aten.exp2.default: jnp.exp2,
+    aten.exp2.default: lambda x: _exp2(x),
     aten.expm1.default: jnp.expm1,
     aten.log.default: jnp.log,
     aten.log2.default: jnp.log2,
@@ -156,15 +158,15 @@ UNARY_FLOAT = {
     aten.asin.default: jnp.arcsin,
     aten.acos.default: jnp.arccos,
     aten.atan.default: jnp.arctan,
-    aten.sinh.default: jnp.sinh,
-    aten.cosh.default: jnp.cosh,
+    aten.sinh.default: lambda x: _sinh_cosh(x, jnp.sinh, odd=True),
+    aten.cosh.default: lambda x: _sinh_cosh(x, jnp.cosh, odd=False),
     aten.tanh.default: jnp.tanh,
     aten.asinh.default: jnp.arcsinh,
     aten.acosh.default: jnp.arccosh,
     aten.atanh.default: jnp.arctanh,
-    aten.erf.default: lax.erf,
+    aten.erf.default: lambda x: jnp.clip(lax.erf(x), -1, 1),  # (XLA's float32 erf overshoots by an ulp: ndtr < 0)
     aten.erfc.default: lax.erfc,
-    aten.erfinv.default: lax.erf_inv,
+    aten.erfinv.default: lambda x: _erfinv(x),
     aten.sigmoid.default: lambda x: 1 / (1 + jnp.exp(-x)),
     aten.reciprocal.default: lambda x: 1 / x,
     aten.lgamma.default: lambda x: _lgamma(x),
@@ -174,6 +176,44 @@ UNARY_FLOAT = {
     aten.rad2deg.default: jnp.rad2deg,
     aten.i0.default: jsp.i0,
 }
+
+
+def _exp2(x):
+    """2**x as 2**f * 2**n, n = round(x) and f = x - n exact: XLA's float32
+    exp2 lost accuracy as |x| grew (30 ulp at -120).  The power of two is
+    applied by ldexp, so the extremes over- and underflow where the CPU's do."""
+    if x.dtype == jnp.float64:
+        return jnp.exp2(x)
+    n = jnp.round(jnp.clip(x, -400, 400))  # (past +-400 f itself over/underflows)
+    return jnp.ldexp(jnp.exp2(x - n), n.astype(jnp.int32))
+
+
+def _sinh_cosh(x, fn, odd):
+    """sinh/cosh; from |x| = 9 on (float32) as 0.5 e e, e = exp(|x| / 2),
+    since XLA's lost up to 24 ulp there.  Halving e first keeps the product
+    finite up to 89.4, as the CPU's."""
+    if x.dtype == jnp.float64:
+        return fn(x)
+    a = jnp.abs(x)
+    e = jnp.exp(a / 2)
+    big = (0.5 * e) * e
+    big = jnp.copysign(big, x) if odd else big
+    return jnp.where(a >= 9, big, fn(x))
+
+
+def _erfinv(x):
+    """erfinv with one Newton step near +-1 on erfc(y) = 1 - |x| (exact for
+    |x| >= 1/2), so the residual does not cancel: XLA's was 64 ulp off at 0.9998."""
+    y = lax.erf_inv(x)
+    if x.dtype == jnp.float64:
+        return y
+    a = jnp.abs(x)
+    near = (a > 0.9) & (a < 1)
+    t = jnp.where(near, jnp.abs(y), 1)
+    residual = lax.erfc(t) - jnp.where(near, 1 - a, lax.erfc(jnp.ones_like(t)))
+    slope = (2 / math.sqrt(math.pi)) * jnp.exp(-t * t)  # -d erfc/dt
+    refined = jnp.copysign(t + residual / slope, x)
+    return jnp.where(near, refined, y)
 
 
 def _unary_float(fn):
@@ -266,16 +306,35 @@ for _op, _fn in UNARY_SAME.items():
 
 def _lgamma(x):
     """lgamma, exactly 0 at its roots 1 and 2 as the C library's (XLA's
-    float32 approximation gave 4.8e-7 at 1: Poisson's log_prob of 0 and 1)."""
-    return jnp.where((x == 1) | (x == 2), jnp.zeros((), x.dtype), lax.lgamma(x))
+    float32 approximation gave 4.8e-7 at 1: Poisson's log_prob of 0 and 1).
+    In float32 on [0.5, 2.5] from the Taylor series about 1 and 2: XLA's
+    was 1.6% off at 0.9999 (its absolute error, ~1e-6, does not shrink with
+    the value).  The series about 2 converges fast (terms ~ (e/2)^k / k);
+    [0.5, 0.8] and [1.2, 1.5] use it through lgamma(x) = lgamma(x + 1) - log1p(x - 1)."""
+    r = jnp.where((x == 1) | (x == 2), jnp.zeros((), x.dtype), lax.lgamma(x))
+    if x.dtype == jnp.float64:
+        return r
+    e1, e2 = x - 1, x - 2  # (exact in this window)
+    about_1 = jnp.where(jnp.abs(e1) <= 0.2, _taylor(C.LGAMMA_AT_1, e1), _taylor(C.LGAMMA_AT_2, e1) - jnp.log1p(e1))
+    r = jnp.where(jnp.abs(e1) < 0.5, about_1, r)
+    return jnp.where(jnp.abs(e2) <= 0.5, _taylor(C.LGAMMA_AT_2, e2), r)
+
+
+def _taylor(coeffs, e):
+    """sum c_k e^k, k from 1, by Horner."""
+    r = jnp.zeros_like(e)
+    for c in reversed(coeffs):
+        r = (r + c) * e
+    return r
 
 
 def _digamma(x):
-    """ATen's calc_digamma: x < 0 by reflection (with x's fractional part, so
-    tan stays accurate), NaN at negative integers, -+inf at -+0."""
+    """ATen's calc_digamma: x < 0 by reflection, NaN at negative integers,
+    -+inf at -+0.  cot(pi x) comes from _cot_pi, exact in its period (pi /
+    tan(pi frac) was 6% off at -1 + 1e-6)."""
     neg = x < 0
     frac = x - jnp.trunc(x)
-    reflected = lax.digamma(jnp.where(neg, 1 - x, 1)) - math.pi / jnp.tan(math.pi * frac)
+    reflected = lax.digamma(jnp.where(neg, 1 - x, 1)) - math.pi * _cot_pi(frac)
     r = jnp.where(neg, reflected, lax.digamma(jnp.where(neg, 1, x)))
     r = jnp.where(neg & (frac == 0), jnp.nan, r)
     return jnp.where(x == 0, jnp.copysign(jnp.inf, -x), r)
@@ -292,6 +351,11 @@ def _polygamma(n, x):
     reflected = (-1) ** n * lax.polygamma(jnp.asarray(n, x.dtype), jnp.where(negative, 1 - x, 1))
     reflected = reflected - math.pi ** (n + 1) * _cot_derivative(n, cot)
     r = jnp.where(negative, reflected, lax.polygamma(jnp.asarray(n, x.dtype), jnp.where(negative, 1, x)))
+    # large x as (-1)^(n+1) n! zeta(n + 1, x) in its underflow-free form
+    # (polygamma(2, 1e15) gave -0.0, not -1e-30)
+    large = (x >= 1e4) & (x >= 100 * (n + 1)) & (x < jnp.inf)
+    tail = zeta_large_q(jnp.asarray(n + 1, x.dtype), jnp.where(large, x, 1e4), (-1) ** (n + 1) * math.factorial(n))
+    r = jnp.where(large, tail, r)
     r = jnp.where(x == jnp.inf, jnp.nan, r)  # (ATen's zeta at q = inf)
     sign = 1.0 if n % 2 else -1.0
     return jnp.where((x <= 0) & (x == jnp.trunc(x)), sign * jnp.inf, r)  # (poles, -inf too)
@@ -353,12 +417,47 @@ def round_decimals(ctx, self, decimals):
         raise not_implemented("round", dt)
     m = opmath(dt)
     x = cast(self, m)
-    scale = jnp.asarray(10.0 ** abs(decimals), dtype=m)
+    # (a full array behind a barrier: XLA rewrites a division by a broadcast
+    # scalar as a multiply by its rounded reciprocal, 0.05 -> 0.049999997)
+    scale = lax.optimization_barrier(jnp.full(x.shape, 10.0 ** abs(decimals), dtype=m))
     if decimals < 0:
         r = jnp.round(x / scale) * scale
     else:
         r = jnp.round(x * scale) / scale
     return r.astype(dt)
+
+
+@lower(aten.ldexp.Tensor, aten.ldexp.out)
+def ldexp(ctx, self, other):
+    """self * 2 ** other, as the CPU's std::ldexp (ATen's composite
+    mul(self, pow(2, other)) made 2**130 inf in float32: 1e-30 * 2**130 gave
+    inf, 0 * 2**130 nan).  Eager and graphs both run this lowering
+    (graph_only.py has none of its own)."""
+    dtype = ctx.out_dtype
+    m = jnp.float64 if dtype == jnp.float64 else jnp.float32  # (16-bit floats scale in float32, round once)
+    x = jnp.asarray(self).astype(m)
+    n = jnp.asarray(other).astype(m)  # (it arrives promoted to self's type)
+    integral = n == jnp.round(n)
+    # an integer exponent: three exact powers of two, each a normal number
+    # (jnp.ldexp was not exact either: 1e-30 * 2**130 came out 3584 off);
+    # past +-2200 every finite x has over- or underflowed already
+    bound = 2200 if m == jnp.float64 else 330
+    k = jnp.clip(jnp.where(integral, n, 0), -bound, bound).astype(jnp.int32)
+    third = k // 3
+    scaled = x
+    for part in (third, third, k - 2 * third):
+        scaled = scaled * _pow2(part, m)
+    # a fractional one: two halves, neither overflowing alone
+    half = jnp.floor(n / 2)
+    fractional = x * jnp.exp2(half) * jnp.exp2(n - half)
+    return jnp.where(integral, scaled, fractional).astype(dtype)
+
+
+def _pow2(k, m):
+    """2**k exactly, by its bits (k an int32 within m's normal exponents)."""
+    if m == jnp.float64:
+        return lax.bitcast_convert_type((k.astype(jnp.int64) + 1023) << 52, jnp.float64)
+    return lax.bitcast_convert_type((k + 127) << 23, jnp.float32)
 
 
 @lower(aten.isnan.default)

@@ -174,13 +174,6 @@ def true_divide(ctx, self, other):
     return elementwise.div(ctx, self, other)
 
 
-@lower_view(aten.ldexp.Tensor)
-def ldexp(ctx, self, other):
-    """self * 2 ** other (eager runs ATen's composite: mul and pow)."""
-    dtype = ctx.out_dtype
-    return jnp.asarray(self).astype(dtype) * jnp.power(jnp.asarray(2, dtype), jnp.asarray(other).astype(dtype))
-
-
 @lower_view(torch.ops.prims.fma)
 def fma(ctx, a, b, c):
     """a * b + c (addcmul's decomposition for complex tensors emits it)."""

@@ -234,7 +234,7 @@ UNARY = {
     aten.special_i1: jsp.i1,
     aten.special_i1e: jsp.i1e,
     aten.special_ndtri: jsp.ndtri,
-    aten.special_ndtr: jsp.ndtr,
+    aten.special_ndtr: lambda x: 0.5 * lax.erfc(-x / math.sqrt(2)),  # (jax's 1 - ... cancelled for x < -5)
     aten.special_log_ndtr: log_ndtr,
     aten.special_erfcx: erfcx,
     aten.special_entr: lambda x: jnp.where(
@@ -261,15 +261,81 @@ def _binary(fn):
 def _zeta(x, q):
     """Hurwitz zeta with torch's (Cephes') conventions: a pole at x = 1 and
     at every integer q <= 0; q < 0 with a non-integer x is undefined."""
-    r = jsp.zeta(x, q)
+    x, q = jnp.broadcast_arrays(x, q)
+    q_integer = q == jnp.floor(q)
+    negative = (q < 0) & ~q_integer & (x == jnp.floor(x)) & (x > 1)
+    # (near 0 the terms summed one by one, compensated; far out, the closed form)
+    far = negative & (q < -64)
+    shifted, head = _shift_up(x, q, negative & ~far)
+    r = jnp.where(far, _zeta_negative_q(x, jnp.where(far, q, -0.5)), jsp.zeta(x, shifted) + head)
     # (past x ~ 1e4 JAX's series gives nan; its first term q**-x is then the
     # whole value: 0, 1 or inf)
     r = jnp.where(jnp.isnan(r) & (x > 1) & (q > 0), q ** -x, r)
-    q_integer = q == jnp.floor(q)
+    large = (x > 1) & (q >= 1e4) & (q >= 100 * x) & jnp.isfinite(q)
+    r = jnp.where(large, zeta_large_q(jnp.where(large, x, 2), jnp.where(large, q, 1e4)), r)
     r = jnp.where((q <= 0) & q_integer, jnp.inf, r)
     r = jnp.where((q < 0) & ~q_integer & (x != jnp.floor(x)), jnp.nan, r)
     r = jnp.where(x == 1, jnp.inf, r)
     return jnp.where(x < 1, jnp.nan, r)
+
+
+def _zeta_negative_q(x, q):
+    """q < -64 non-integer, x an integer (JAX's series assumes q > 0:
+    zeta(5, -100.7) gave -1e-2, not 15; Cephes' direct sum could take 2^52
+    steps).  With b
+    = -q - floor(-q) the terms (q + j)^-x with q + j < 0 are (-1)^x (b + k)^-x
+    up to b + k = -q, so zeta(x, q) = (-1)^x (Z(b) - Z(1 - q)) + Z(1 - b),
+    every Z at a positive q (a few ulp less accurate than the sum)."""
+    b = -q - jnp.floor(-q)
+    odd = jnp.remainder(x, 2) == 1
+    near = jnp.where(odd, jsp.zeta(x, 1 - b) - jsp.zeta(x, b), jsp.zeta(x, 1 - b) + jsp.zeta(x, b))
+    # (the large near terms first: for b = 1/2 they cancel exactly)
+    return near - jnp.where(odd, -1, 1) * jsp.zeta(x, 1 - q)
+
+
+def _shift_up(x, q, negative):
+    """For -64 <= q < 0 the terms (q + j)^-x, j < m, with m the shift that
+    makes q + m >= 9, summed directly as Cephes does (at most 73 of them).
+    Returns (q + m, that sum); q itself and 0 elsewhere."""
+    steps = jnp.where(negative, jnp.ceil(-q) + 9, 0)
+
+    def body(state):
+        j, head, carry = state
+        a = q + j
+        # (sign apart, so the magnitudes of +-a agree and cancel exactly, as
+        # zeta(5, -7.5)'s +-0.5^-5 must)
+        magnitude = jnp.abs(a) ** -x
+        term = jnp.where((a < 0) & (jnp.remainder(x, 2) == 1), -magnitude, magnitude)
+        term = jnp.where(j < steps, term, 0)
+        # (compensated: the large terms near a = 0 cancel, leaving the small sum)
+        total = head + term
+        lost = jnp.where(jnp.abs(head) >= jnp.abs(term), (head - total) + term, (term - total) + head)
+        return j + 1, total, carry + lost
+
+    zeros = jnp.zeros_like(q)
+    _, head, carry = lax.while_loop(lambda s: s[0] < jnp.max(steps), body, (jnp.zeros((), q.dtype), zeros, zeros))
+    return q + steps, head + carry
+
+
+# The Euler-Maclaurin tail as the series in 1/q^2 it becomes for large q:
+# B_2k / (2k)! for k = 1..4.
+_BERNOULLI = (1 / 12, -1 / 720, 1 / 30240, -1 / 1209600)
+
+
+def zeta_large_q(x, q, scale=1):
+    """zeta(x, q) = q^(1-x) (1/(x-1) + 1/(2q) + sum B_2k/(2k)! x(x+1)..(x+2k-2) / q^2k)
+    for q >= max(1e4, 100 x): factoring out q^(1-x) keeps it from
+    underflowing term by term (zeta(2, 1e19) gave 0, not 1e-19).  scale
+    multiplies the series first, so a product near the smallest normal
+    (polygamma's n!) is not flushed on the way."""
+    inv2 = 1 / (q * q)
+    rising, power, total = x, inv2, 1 / (x - 1) + 0.5 / q
+    for k, b in enumerate(_BERNOULLI, start=1):
+        total = total + b * rising * power
+        rising = rising * (x + 2 * k - 1) * (x + 2 * k)
+        power = power * inv2
+    root = q ** ((1 - x) / 2)  # (q^(1-x) in two halves: alone it may be subnormal, flushed)
+    return root * (scale * total) * root
 
 
 def _incomplete_gamma(upper):
