@@ -228,6 +228,7 @@ def _same_source_dtype(message):
     return check
 
 
+_index_add_source_dtype = _same_source_dtype("index_add_(): self ({}) and source ({}) must have the same scalar type")
 _put_source_dtype = _same_source_dtype(
     "put_(): self and source expected to have the same dtype, but got self.dtype = {} and source.dtype = {}")
 
@@ -297,6 +298,8 @@ def _nonempty_reduction(sch, values):
     no elements raise ATen's errors: the meta kernels raise others (JAX's
     "reducing over zero-size dimension") or none."""
     t, name = values[0], sch.op._schema.name.split("::")[-1].rstrip("_")
+    if name in ("argmax", "argmin") and t.dtype == torch.bool:  # (ATen checks this before the size)
+        raise RuntimeError(f"{name}(): does not support bool input")
     if name in ("amax", "amin"):
         dims = values[sch.names.index("dim")]
         if not dims and t.numel() == 0:
@@ -380,6 +383,28 @@ def _same_scalar_type(sch, values):
     a, b = values[0], values[1]
     if a.dtype != b.dtype:
         raise RuntimeError(f"expected scalar type {c10_name(a.dtype)} but found {c10_name(b.dtype)}")
+
+
+def _index_select_index(sch, values):
+    # ATen's index_select checks the index's rank, then its dtype (the
+    # lowering's gather takes any integer or bool index)
+    index = values[sch.names.index("index")]
+    if index.dim() > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    if index.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+
+
+def _index_add_checks(sch, values):
+    """index_add_'s index checks come before its source dtype check
+    (index_select's backward runs index_add_ too)."""
+    index = values[sch.names.index("index")]
+    if index.dim() > 1:
+        raise IndexError(f"index_add_(): Index is supposed to be a vector, but got dim: {index.dim()} with type: "
+                         f"{c10_name(index.dtype)} and size: {list(index.shape)}")
+    if index.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"index_add_(): Expected dtype int32/int64 for index but got: {c10_name(index.dtype)}")
+    _index_add_source_dtype(sch, values)
 
 
 def _int64_index(sch, values):
@@ -565,16 +590,32 @@ def _nearest_upsample_checks(sch, values):
         raise kernel_not_implemented(kernel, self.dtype)
 
 
-def _rounding_division_of_complex(sch, values):
-    # ATen has no complex floor/trunc division kernel (the meta kernels
-    # raise their own error, or accept it)
+def _rounding_division_kernels(sch, values):
+    # ATen has no complex or bool floor/trunc division kernel (the meta
+    # kernels raise their own error, or accept it)
     if sch.op._schema.name.startswith("aten::floor_divide"):
         mode = "floor"
     else:
         mode = values[sch.names.index("rounding_mode")] if "rounding_mode" in sch.names else None
     dtype = torch.result_type(values[0], values[1]) if mode is not None else None
-    if dtype is not None and dtype.is_complex:
+    if dtype is not None and (dtype.is_complex or dtype == torch.bool):
         raise kernel_not_implemented(f"div_{mode}_cpu", dtype)
+
+
+def _integer_kernel(kernel_name):
+    # shifts have integer kernels only; the meta kernels (_refs) raise a
+    # RuntimeError of their own.  A tensor written in place refuses a
+    # float result first.
+    def check(sch, values):
+        dtype = torch.result_type(values[0], values[1])
+        if not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
+            return
+        for p in sch.mutated:
+            if isinstance(values[p], torch.Tensor) and not torch.can_cast(dtype, values[p].dtype):
+                raise unsafe_cast_error(dtype, values[p].dtype)
+        raise kernel_not_implemented(kernel_name, dtype)
+
+    return check
 
 
 _UPSAMPLES = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
@@ -637,8 +678,8 @@ def _overloads(*names):
 
 _BEFORE_META = {
     "aten::cat": _cat_zero_dim,
-    **dict.fromkeys(_overloads("index_add"), _same_source_dtype(
-        "index_add_(): self ({}) and source ({}) must have the same scalar type")),
+    **dict.fromkeys(_overloads("index_add"), _index_add_checks),
+    "aten::index_select": _index_select_index,
     **dict.fromkeys(_overloads("index_copy"), _same_source_dtype(
         "index_copy_(): self and source expected to have the same dtype, but got (self) {} and (source) {}")),
     **dict.fromkeys(_overloads("put"), _put_checks),
@@ -664,7 +705,11 @@ _BEFORE_META = {
     "aten::_scaled_dot_product_fused_attention_overrideable": _attention_mask,
     "aten::multinomial": _multinomial_rank,
     **{f"aten::{name}": _nearest_upsample_checks if "nearest" in name else _upsample_sizes for name in _UPSAMPLES},
-    **dict.fromkeys(_overloads("floor_divide") + _overloads("div"), _rounding_division_of_complex),
+    **dict.fromkeys(_overloads("floor_divide") + _overloads("div"), _rounding_division_kernels),
+    **dict.fromkeys(("aten::__lshift__", "aten::__ilshift__", *_overloads("bitwise_left_shift")),
+                    _integer_kernel("lshift_cpu")),
+    **dict.fromkeys(("aten::__rshift__", "aten::__irshift__", *_overloads("bitwise_right_shift")),
+                    _integer_kernel("rshift_cpu")),
     **dict.fromkeys(("aten::grid_sampler_2d", "aten::grid_sampler_3d"), _grid_sampler_checks),
     **{f"aten::{kind}_pad{n}d": _pad_kernel(f"{kind}_pad{n}d") for kind in ("reflection", "replication")
        for n in (1, 2, 3)},

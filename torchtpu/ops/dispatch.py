@@ -134,6 +134,9 @@ class Call:
         """A Scalar's part of the key: its type (value traced) once its
         position has seen several values, else its value (baked in)."""
         if dynamic:
+            if _past_int64(v):  # traced as uint64, a kernel of its own
+                self.dyn.append(np.uint64(v))
+                return np.uint64
             self.dyn.append(v)
             return type(v)
         return (float, v.hex()) if type(v) is float else (type(v), v)  # hex: -0.0, nan
@@ -242,13 +245,15 @@ def static_key(v):
 # costs this many compilations, not one per step).
 MAX_BAKED_VALUES = 3
 
-# Scalars whose values ATen's meta kernels check (histc: max >= min;
-# softshrink: lambd >= 0).  A traced value is not in the kernel key, so a
-# cache hit re-runs the meta kernel for its checks (in Python: such kernels
-# stay out of the C++ cache).
+# Scalars whose values ATen checks on the host (histc: max >= min;
+# softshrink: lambd >= 0; pow: no negative integer exponent of an integer
+# tensor).  A traced value is not in the kernel key, so a cache hit re-runs
+# the checks (in Python: such kernels stay out of the C++ cache).
 META_CHECKED_SCALARS = {
     "aten::histc": ("min", "max"),
     "aten::softshrink": ("lambd",),
+    "aten::pow": ("exponent",),
+    "aten::pow_": ("exponent",),
 }
 
 
@@ -848,6 +853,20 @@ def apply_math_bits(x, bits):
     return -x if bits & 2 else x
 
 
+def _baked_scalar(v):
+    """A Scalar as a JAX value.  Python ints past int64 (up to 2**64 - 1) are
+    c10 uint64 Scalars: kept as uint64, so that the lowering's cast to the
+    compute dtype wraps them as ATen's static_cast does (2**63 is -2**63 in
+    int64, 0 in int32, 9.2e18 in float)."""
+    if _past_int64(v):
+        return jnp.asarray(v, dtype=jnp.uint64)
+    return jnp.asarray(v)
+
+
+def _past_int64(v):
+    return type(v) is int and 2**63 <= v < 2**64
+
+
 def _readers(entry, values, call):
     """Per argument, a function (arrays, dyn) -> the lowering's argument."""
     readers = []
@@ -863,7 +882,7 @@ def _readers(entry, values, call):
             return next_dyn()
         # Baked in, but as a weak-typed JAX scalar: lowerings see the same
         # kind of value whether the position is baked or traced.
-        return lambda arrays, dyn: jnp.asarray(v)
+        return lambda arrays, dyn: _baked_scalar(v)
 
     def tensor_reader(t):
         if t.is_cpu:

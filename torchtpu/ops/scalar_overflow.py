@@ -34,12 +34,15 @@ CHECKED = {
     **dict.fromkeys(("aten::pow", "aten::pow_"), ("exponent",)),
     **dict.fromkeys(("aten::linspace", "aten::logspace"), ("start", "end")),
     "aten::scalar_tensor": ("s",),
+    "aten::constant_pad_nd": ("value",),
     "aten::softplus": ("beta", "threshold"),
 }  # fmt: skip
 
 # ATen fills one element without the check for these types (fill_,
-# scalar_tensor, `t[i] = v`, and `torch.where`'s Scalar through scalar_tensor).
-_FILLS = {"aten::fill", "aten::fill_", "aten::full", "aten::full_like", "aten::new_full", "aten::scalar_tensor"}
+# scalar_tensor, `t[i] = v`, `torch.where`'s Scalar through scalar_tensor,
+# and constant_pad_nd, which fills its result with fill_).
+_FILLS = {"aten::fill", "aten::fill_", "aten::full", "aten::full_like", "aten::new_full", "aten::scalar_tensor",
+          "aten::constant_pad_nd"}
 _UNCHECKED_SINGLE_FILL = {torch.float16, torch.bfloat16}
 
 # These kernels convert the Scalar to their opmath type: float for half and
@@ -79,7 +82,7 @@ def traced_checks(sch, values, meta_out, dynamic):
     return [(position, result dtype)] of the traced ones, which the kernel
     checks on the device (`device_check`)."""
     names = CHECKED.get(sch.op._schema.name)
-    if names is None:
+    if names is None or _only_crops(sch, values):
         return []
     result = meta_out[0] if isinstance(meta_out, (tuple, list)) else meta_out
     if not isinstance(result, torch.Tensor) or result.dtype not in CPP_NAMES:
@@ -106,6 +109,15 @@ def traced_checks(sch, values, meta_out, dynamic):
     return traced
 
 
+def _only_crops(sch, values):
+    """constant_pad_nd with no positive pad narrows without filling (no
+    conversion of its value)."""
+    if sch.op._schema.name != "aten::constant_pad_nd":
+        return False
+    pad = values[sch.names.index("pad")]
+    return all(isinstance(p, int) and p <= 0 for p in pad)
+
+
 def device_check(ctx, value, dtype):
     """`value` (a traced Python number, or a 0-dim tensor ATen reads as one
     with `item()`) must convert to `dtype` (torch)."""
@@ -116,6 +128,8 @@ def device_check(ctx, value, dtype):
 def _as_scalar(v):
     """v as the c10::Scalar `item()` makes of it: int64, float64 or
     complex128 (a uint8 value compared in uint8 wrapped: -255 is 1)."""
+    if v.dtype == np.uint64:
+        return v  # (a Python int past int64: c10 keeps it as uint64)
     for kind, wide in ((np.bool_, np.bool_), (np.integer, np.int64), (np.floating, np.float64),
                        (np.complexfloating, np.complex128)):
         if jnp.issubdtype(v.dtype, kind):
@@ -145,6 +159,8 @@ def _is_complex(dtype):
 def _real_overflows(v, to):
     if np.issubdtype(to, np.integer):
         info = np.iinfo(to)
+        if v.dtype == np.uint64:  # a Python int past int64
+            return v > info.max if info.max < 2**64 - 1 else jnp.bool_(False)
         if np.issubdtype(v.dtype, np.integer):  # an int64 source
             too_big = v > info.max if info.max < 2**63 else jnp.bool_(False)
             if info.min == 0:

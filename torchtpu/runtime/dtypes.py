@@ -101,6 +101,8 @@ def convert(x, dtype):
     convert: XLA rewrites `y * convert(mask)` into `select(mask, y, 0)`, so
     inf * False and nan * False gave 0 instead of torch's nan, wherever the
     cast fuses into a product (every compiled graph)."""
+    if type(x) is int and 2**63 <= x < 2**64:
+        x = np.uint64(x)  # c10's uint64 Scalar, wrapped by the cast below (JAX's int64 refuses it)
     x = jnp.asarray(x)
     dtype = jnp.dtype(dtype)
     if x.dtype == jnp.bool_ and jnp.issubdtype(dtype, jnp.inexact):
