@@ -79,6 +79,9 @@ void event_destroy(uint64_t id) noexcept {
   }
   try {
     py::gil_scoped_acquire gil;
+    // An event freed while an exception propagates (a temporary's
+    // elapsed_time raising) must leave that exception pending.
+    py::error_scope keep_pending_error;
     g_hooks->destroy(id);
   } catch (...) {
     // Destruction must not throw (it may run from a destructor).

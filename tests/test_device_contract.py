@@ -337,6 +337,18 @@ def test_elapsed_time_measures_device_work():
         assert big_ms > big_host_ms
 
 
+def _recorded(event):
+    event.record()
+    return event
+
+
+def test_an_error_freeing_temporary_events_stays_the_error():
+    """The temporaries are freed while the ValueError propagates; the C++
+    destroy hook called Python with it pending (a SystemError)."""
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        _recorded(torch.tpu.Event()).elapsed_time(_recorded(torch.tpu.Event()))
+
+
 def test_elapsed_time_needs_timing_events():
     a, b = torch.tpu.Event(), torch.tpu.Event()
     a.record()
