@@ -242,12 +242,13 @@ def _put_checks(sch, values):
                          f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
 
 
-def _real_kernel(kernel_name):
-    # ATen's kernel has no complex version (the meta kernel accepts it); a
-    # real tensor written in place or as out= refuses the complex result first
+def _kernel_lacking(kernel_name, lacks):
+    # ATen's kernel has no version for the result dtypes `lacks` picks (the
+    # meta kernel accepts them, or raises a RuntimeError of its own); a
+    # tensor written in place or as out= refuses the result's dtype first
     def check(sch, values):
         dtype = torch.result_type(*values[:2])
-        if not dtype.is_complex:
+        if not lacks(dtype):
             return
         for p in sch.mutated:
             if isinstance(values[p], torch.Tensor) and not torch.can_cast(dtype, values[p].dtype):
@@ -255,6 +256,15 @@ def _real_kernel(kernel_name):
         raise kernel_not_implemented(kernel_name, dtype)
 
     return check
+
+
+def _real_kernel(kernel_name):
+    return _kernel_lacking(kernel_name, lambda dtype: dtype.is_complex)
+
+
+def _integer_kernel(kernel_name):
+    # (shifts)
+    return _kernel_lacking(kernel_name, lambda dtype: dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
 def _no_bool_addcmul(sch, values):
@@ -600,22 +610,6 @@ def _rounding_division_kernels(sch, values):
     dtype = torch.result_type(values[0], values[1]) if mode is not None else None
     if dtype is not None and (dtype.is_complex or dtype == torch.bool):
         raise kernel_not_implemented(f"div_{mode}_cpu", dtype)
-
-
-def _integer_kernel(kernel_name):
-    # shifts have integer kernels only; the meta kernels (_refs) raise a
-    # RuntimeError of their own.  A tensor written in place refuses a
-    # float result first.
-    def check(sch, values):
-        dtype = torch.result_type(values[0], values[1])
-        if not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
-            return
-        for p in sch.mutated:
-            if isinstance(values[p], torch.Tensor) and not torch.can_cast(dtype, values[p].dtype):
-                raise unsafe_cast_error(dtype, values[p].dtype)
-        raise kernel_not_implemented(kernel_name, dtype)
-
-    return check
 
 
 _UPSAMPLES = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
