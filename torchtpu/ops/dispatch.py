@@ -20,7 +20,7 @@ import torch
 
 from .. import _C
 from ..runtime import boxes, checks, devices, executable_cache
-from ..runtime.dtypes import convert, to_jax
+from ..runtime.dtypes import convert, is_uint64_scalar, to_jax
 from . import (aten_checks, host_fill, kernel_cache, meta_fixes, plans, promotion, row_offsets, scalar_overflow,
                sparse_layouts, written_checks)
 from .context import LoweringContext, matmul_precision, matmul_scope
@@ -134,7 +134,7 @@ class Call:
         """A Scalar's part of the key: its type (value traced) once its
         position has seen several values, else its value (baked in)."""
         if dynamic:
-            if _past_int64(v):  # traced as uint64, a kernel of its own
+            if is_uint64_scalar(v):  # traced as uint64, a kernel of its own
                 self.dyn.append(np.uint64(v))
                 return np.uint64
             self.dyn.append(v)
@@ -858,13 +858,9 @@ def _baked_scalar(v):
     c10 uint64 Scalars: kept as uint64, so that the lowering's cast to the
     compute dtype wraps them as ATen's static_cast does (2**63 is -2**63 in
     int64, 0 in int32, 9.2e18 in float)."""
-    if _past_int64(v):
+    if is_uint64_scalar(v):
         return jnp.asarray(v, dtype=jnp.uint64)
     return jnp.asarray(v)
-
-
-def _past_int64(v):
-    return type(v) is int and 2**63 <= v < 2**64
 
 
 def _readers(entry, values, call):

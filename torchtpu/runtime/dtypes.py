@@ -95,14 +95,20 @@ def itemsize(dtype: torch.dtype) -> int:
     return dtype.itemsize
 
 
+def is_uint64_scalar(v) -> bool:
+    """A Python int past int64 (up to 2**64 - 1): c10 keeps it as a uint64
+    Scalar, which JAX's int64 refuses."""
+    return type(v) is int and 2**63 <= v < 2**64
+
+
 def convert(x, dtype):
     """x (traced) as `dtype`, converted as c10 converts.  A bool array
     becomes a float or complex one through a select of constants, not a
     convert: XLA rewrites `y * convert(mask)` into `select(mask, y, 0)`, so
     inf * False and nan * False gave 0 instead of torch's nan, wherever the
     cast fuses into a product (every compiled graph)."""
-    if type(x) is int and 2**63 <= x < 2**64:
-        x = np.uint64(x)  # c10's uint64 Scalar, wrapped by the cast below (JAX's int64 refuses it)
+    if is_uint64_scalar(x):
+        x = np.uint64(x)  # (wrapped by the cast below, as c10 casts it)
     x = jnp.asarray(x)
     dtype = jnp.dtype(dtype)
     if x.dtype == jnp.bool_ and jnp.issubdtype(dtype, jnp.inexact):

@@ -181,11 +181,11 @@ UNARY_FLOAT = {
 def _exp2(x):
     """2**x as 2**f * 2**n, n = round(x) and f = x - n exact: XLA's float32
     exp2 lost accuracy as |x| grew (30 ulp at -120).  The power of two is
-    applied by ldexp, so the extremes over- and underflow where the CPU's do."""
+    applied exactly, so the extremes over- and underflow where the CPU's do."""
     if x.dtype == jnp.float64:
         return jnp.exp2(x)
     n = jnp.round(jnp.clip(x, -400, 400))  # (past +-400 f itself over/underflows)
-    return jnp.ldexp(jnp.exp2(x - n), n.astype(jnp.int32))
+    return _times_pow2(jnp.exp2(x - n), n, x.dtype)
 
 
 def _sinh_cosh(x, fn, odd):
@@ -438,19 +438,24 @@ def ldexp(ctx, self, other):
     x = jnp.asarray(self).astype(m)
     n = jnp.asarray(other).astype(m)  # (it arrives promoted to self's type)
     integral = n == jnp.round(n)
-    # an integer exponent: three exact powers of two, each a normal number
-    # (jnp.ldexp was not exact either: 1e-30 * 2**130 came out 3584 off);
-    # past +-2200 every finite x has over- or underflowed already
-    bound = 2200 if m == jnp.float64 else 330
-    k = jnp.clip(jnp.where(integral, n, 0), -bound, bound).astype(jnp.int32)
-    third = k // 3
-    scaled = x
-    for part in (third, third, k - 2 * third):
-        scaled = scaled * _pow2(part, m)
+    # (jnp.ldexp is not exact: 1e-30 * 2**130 came out 3584 off)
+    scaled = _times_pow2(x, jnp.where(integral, n, 0), m)
     # a fractional one: two halves, neither overflowing alone
     half = jnp.floor(n / 2)
     fractional = x * jnp.exp2(half) * jnp.exp2(n - half)
     return jnp.where(integral, scaled, fractional).astype(dtype)
+
+
+def _times_pow2(x, n, m):
+    """x * 2**n for an integral n (float, any size) by three exact powers of
+    two, each a normal number, so the result rounds once; past +-2200
+    (float64) or +-330 (float32) every finite x has over- or underflowed."""
+    bound = 2200 if m == jnp.float64 else 330
+    k = jnp.clip(n, -bound, bound).astype(jnp.int32)
+    third = k // 3
+    for part in (third, third, k - 2 * third):
+        x = x * _pow2(part, m)
+    return x
 
 
 def _pow2(k, m):
